@@ -1,0 +1,1 @@
+"""Prefect flows composing the tasks: data preparation, pretraining, evaluation, the whole pipeline."""

