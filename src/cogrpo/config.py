@@ -106,6 +106,36 @@ class EvalConfig(_Section):
     seed: int = Field(1234, description="Sampling seed of the evaluation.")
 
 
+class RewardTerm(_Section):
+    name: str = Field(description="A reward of cogrpo.rewards.REGISTRY, e.g. 'compositional' or 'strict'.")
+    weight: float = Field(1.0, description="Weight of this reward in the sum.")
+    normalize: bool = Field(False, description="z-normalise this reward over the batch before weighting.")
+
+
+class TrainConfig(_Section):
+    mode: Literal["co", "model", "schedule"] = Field(
+        "co", description="What Co-GRPO trains: 'co' model and schedule, 'model' only the model (schedule fixed "
+        "at the deterministic base), 'schedule' only the schedule policy (model frozen).")
+    seed: int = Field(0, description="Seed of prompt draws, schedule actions and sampling noise.")
+    iterations: int = Field(60, ge=1, description="Rollout → score → update iterations.")
+    prompts_per_iter: int = Field(16, ge=1, description="B: prompts per iteration.")
+    group_size: int = Field(8, ge=2, description="G: trajectories per prompt, the GRPO group.")
+    lr_model: float = Field(2e-5, gt=0, description="Adam learning rate of the model θ.")
+    lr_schedule: float = Field(3e-2, gt=0, description="Adam learning rate of the schedule policy φ.")
+    clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip ε of the ratio.")
+    kl_beta: float = Field(0.02, ge=0, description="Weight β of the k3 KL of θ to the frozen starting model.")
+    step_fraction: float = Field(0.5, gt=0, le=1, description="Fraction of the T steps trained per inner epoch.")
+    inner_epochs: int = Field(1, ge=1, description="Update passes over each rollout batch.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient-norm clip, per policy.")
+    scale_by_std: bool = Field(True, description="Divide advantages by the group std (False: Dr. GRPO).")
+    sigma_init: float = Field(0.3, gt=0, description="Initial std of every schedule action.")
+    sigma_floor: float = Field(0.05, ge=0, description="Floor under the schedule policy's std.")
+    checkpoint_every: int = Field(10, ge=1, description="Iterations between resumable checkpoints.")
+    sample_every: int = Field(20, ge=1, description="Iterations between sample grids logged to MLflow.")
+    rewards: list[RewardTerm] = Field(default_factory=lambda: [RewardTerm(name="compositional")],
+                                      description="Reward terms summed into the training reward.")
+
+
 class SweepSchedule(_Section):
     name: str = Field(description="Label of this hand-set schedule in the sweep report.")
     steps: int | None = Field(None, ge=1, description="Overrides schedule.steps.")
@@ -126,6 +156,7 @@ class Params(_Section):
     pretrain: PretrainConfig = PretrainConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     eval: EvalConfig = EvalConfig()
+    train: TrainConfig = TrainConfig()
     sweep: list[SweepSchedule] = Field(
         default_factory=list, description="Hand-set schedules the schedule-sweep stage evaluates beside the base."
     )

@@ -93,10 +93,10 @@ def sample(model: MDM, text: torch.Tensor, text_mask: torch.Tensor, knobs: torch
     return Trajectory(x, commit_step, knobs.clone(), logp, seeds.clone(), prompt_index.clone())
 
 
-def trajectory_logprobs(model: MDM, traj: Trajectory, text: torch.Tensor, text_mask: torch.Tensor,
-                        steps: torch.Tensor | None = None) -> torch.Tensor:
-    """Recompute committed-token log-probs (n, len(steps)) under `model` from the record alone, all steps in
-    one batched forward. With the rollout's model this reproduces traj.logp; differentiable in the model."""
+def trajectory_token_logprobs(model: MDM, traj: Trajectory, text: torch.Tensor, text_mask: torch.Tensor,
+                              steps: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-cell log-probs of the final tokens (n, S, N) at each of `steps`, and the mask (n, S, N) of the
+    cells committed at that step, recomputed from the record alone in one batched forward."""
     n, T = traj.logp.shape
     steps = torch.arange(T) if steps is None else steps
     S = len(steps)
@@ -106,5 +106,12 @@ def trajectory_logprobs(model: MDM, traj: Trajectory, text: torch.Tensor, text_m
     rep = lambda a: a.repeat_interleave(S, 0)  # noqa: E731
     lp = step_logprobs(model, x, rep(text), rep(text_mask), knobs).view(n, S, -1, model.cfg.vocab_size)
     lp_tok = lp.gather(-1, traj.tokens[:, None, :, None].expand(n, S, -1, 1))[..., 0]
-    now = traj.commit_step[:, None, :] == steps[None, :, None]
+    return lp_tok, traj.commit_step[:, None, :] == steps[None, :, None]
+
+
+def trajectory_logprobs(model: MDM, traj: Trajectory, text: torch.Tensor, text_mask: torch.Tensor,
+                        steps: torch.Tensor | None = None) -> torch.Tensor:
+    """Committed-token log-probs (n, len(steps)) under `model`; with the rollout's model this reproduces
+    traj.logp. Differentiable in the model."""
+    lp_tok, now = trajectory_token_logprobs(model, traj, text, text_mask, steps)
     return (lp_tok * now).sum(-1)

@@ -1,0 +1,50 @@
+"""GRPO math as small pure functions (DESIGN.md §1).
+
+Shapes: rewards (B, G) for B prompts × G samples; per-step log-probs (n, S) for n = B·G trajectories and S
+trained steps; advantages broadcast over steps. Both policies (model θ, schedule φ) share the advantages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def group_advantages(rewards: torch.Tensor, scale_by_std: bool = True, eps: float = 1e-4) -> torch.Tensor:
+    """(r − mean_group) / (std_group + eps); without the std ("Dr. GRPO") only centred. rewards (B, G)."""
+    centred = rewards - rewards.mean(-1, keepdim=True)
+    if not scale_by_std:
+        return centred
+    return centred / (rewards.std(-1, keepdim=True, unbiased=False) + eps)
+
+
+def zero_std_fraction(rewards: torch.Tensor, tol: float = 1e-8) -> float:
+    """Fraction of groups whose rewards are all equal: they carry no GRPO signal."""
+    return (rewards.std(-1, unbiased=False) <= tol).float().mean().item()
+
+
+@dataclass
+class Surrogate:
+    loss: torch.Tensor  # scalar, to minimise
+    clip_fraction: float
+    ratio_mean: float
+
+
+def clipped_surrogate(logp_new: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor,
+                      clip_eps: float, weight: torch.Tensor | None = None) -> Surrogate:
+    """−mean(min(ρA, clip(ρ, 1−ε, 1+ε)A)) with ρ = exp(new − old); all (n, S). `weight` masks elements."""
+    ratio = torch.exp(logp_new - logp_old)
+    clipped = ratio.clamp(1 - clip_eps, 1 + clip_eps)
+    objective = torch.minimum(ratio * advantages, clipped * advantages)
+    weight = torch.ones_like(objective) if weight is None else weight
+    total = weight.sum().clamp(min=1)
+    loss = -(objective * weight).sum() / total
+    was_clipped = ((ratio - clipped).abs() > 0).float()
+    return Surrogate(loss, ((was_clipped * weight).sum() / total).item(), ((ratio.detach() * weight).sum() / total).item())
+
+
+def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
+    """Per-element k3 estimator of KL(π‖π_ref) from samples of π: exp(ref − π) − (ref − π) − 1 ≥ 0."""
+    d = logp_ref - logp
+    return torch.exp(d) - d - 1

@@ -1,0 +1,187 @@
+"""Co-GRPO: one rollout → score → update iteration over the model θ and the schedule policy φ.
+
+`CoGRPO` holds what persists across iterations (θ, the frozen θ_ref, φ, two optimizers) and saves it
+all as safetensors. The mode decides only what is trainable and stochastic:
+  co        θ and φ train; schedule actions are sampled from π_φ
+  model     θ trains; the schedule is the deterministic base (actions 0, φ frozen)
+  schedule  φ trains; θ is frozen
+Randomness of iteration i comes from seeds derived from (train.seed, i), so a resumed run replays
+exactly what an uninterrupted one would have done.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from cogrpo.config import TrainConfig
+from cogrpo.grpo import clipped_surrogate, group_advantages, k3_kl, zero_std_fraction
+from cogrpo.model import MDM
+from cogrpo.policy import SchedulePolicy
+from cogrpo.sampler import Trajectory, sample, trajectory_token_logprobs
+from cogrpo.schedule import KNOBS
+
+
+def iteration_generator(seed: int, iteration: int, stream: int) -> torch.Generator:
+    return torch.Generator().manual_seed((seed * 1_000_003 + iteration) * 7 + stream)
+
+
+@dataclass
+class Rollout:
+    traj: Trajectory
+    actions: torch.Tensor  # (n, T, 4) schedule actions in pre-activation space
+    sched_logp: torch.Tensor  # (n, T) log π_φ(a_t) at rollout time
+
+    def save(self, path: str | Path) -> None:
+        self.traj.save(path)
+        extra = {"actions": self.actions.contiguous(), "sched_logp": self.sched_logp.contiguous()}
+        tensors = load_file(str(path)) | extra
+        save_file(tensors, str(path))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Rollout":
+        t = load_file(str(path))
+        return cls(Trajectory.load(path), t["actions"], t["sched_logp"])
+
+
+def _state_to_tensors(prefix: str, state: dict) -> dict[str, torch.Tensor]:
+    """Flatten an optimizer state dict (tensors only) for safetensors."""
+    out = {}
+    for pid, s in state["state"].items():
+        for k, v in s.items():
+            out[f"{prefix}.{pid}.{k}"] = torch.as_tensor(v).clone().contiguous()
+    return out
+
+
+def _tensors_to_state(prefix: str, tensors: dict, template: dict) -> dict:
+    state: dict = {}
+    for key, v in tensors.items():
+        if key.startswith(prefix + "."):
+            _, pid, k = key.split(".", 2)
+            state.setdefault(int(pid), {})[k] = v
+    return {"state": state, "param_groups": template["param_groups"]}
+
+
+class CoGRPO:
+    def __init__(self, model: MDM, base_knobs: torch.Tensor, cfg: TrainConfig):
+        self.cfg = cfg
+        self.model = model
+        self.ref = copy.deepcopy(model).eval().requires_grad_(False)
+        self.policy = SchedulePolicy(base_knobs, cfg.sigma_init, cfg.sigma_floor)
+        self.train_model = cfg.mode in ("co", "model")
+        self.train_schedule = cfg.mode in ("co", "schedule")
+        model.requires_grad_(self.train_model)
+        self.policy.requires_grad_(self.train_schedule)
+        self.opt_model = torch.optim.Adam(model.parameters(), lr=cfg.lr_model) if self.train_model else None
+        self.opt_sched = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr_schedule) if self.train_schedule else None
+        self.iteration = 0
+
+    # ---- rollout -------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def rollout(self, text: torch.Tensor, text_mask: torch.Tensor, prompt_rows: torch.Tensor) -> Rollout:
+        """G trajectories per prompt: text (B, L, D) and prompt_rows (B,) per prompt."""
+        G, B = self.cfg.group_size, len(prompt_rows)
+        n, T = B * G, self.policy.steps
+        gen = iteration_generator(self.cfg.seed, self.iteration, 1)
+        if self.train_schedule:
+            actions = self.policy.sample(n, gen)
+            sched_logp = self.policy.log_prob(actions)
+        else:  # model mode: the deterministic base schedule
+            actions, sched_logp = torch.zeros(n, T, len(KNOBS)), torch.zeros(n, T)
+        seeds = torch.randint(0, 2**62, (n,), generator=gen)
+        self.model.eval()
+        traj = sample(self.model, text.repeat_interleave(G, 0), text_mask.repeat_interleave(G, 0),
+                      self.policy.knobs(actions), seeds, prompt_rows.repeat_interleave(G))
+        return Rollout(traj, actions, sched_logp)
+
+    # ---- update --------------------------------------------------------------------------------------
+    def update(self, ro: Rollout, text: torch.Tensor, text_mask: torch.Tensor, rewards: torch.Tensor) -> dict:
+        """One GRPO update from a rollout; text (B, L, D) per prompt as in rollout; rewards (n,)."""
+        cfg, G = self.cfg, self.cfg.group_size
+        metrics: dict = {"reward_mean": rewards.mean().item(), "reward_std": rewards.std(unbiased=False).item(),
+                         "zero_std_groups": zero_std_fraction(rewards.view(-1, G))}
+        if not torch.isfinite(rewards).all():
+            self.iteration += 1
+            return metrics | {"skipped": 1.0}
+        adv = group_advantages(rewards.view(-1, G), cfg.scale_by_std).flatten()[:, None]
+        emb, mask = text.repeat_interleave(G, 0), text_mask.repeat_interleave(G, 0)
+        T = ro.traj.steps
+        n_steps = max(1, math.ceil(cfg.step_fraction * T))
+        gen = iteration_generator(cfg.seed, self.iteration, 2)
+        skipped = 0
+        for _ in range(cfg.inner_epochs):
+            steps = torch.randperm(T, generator=gen)[:n_steps].sort().values
+            loss = torch.zeros(())
+            if self.train_model:
+                self.model.train()
+                lp_tok, now = trajectory_token_logprobs(self.model, ro.traj, emb, mask, steps)
+                lp = (lp_tok * now).sum(-1)
+                sur = clipped_surrogate(lp, ro.traj.logp[:, steps], adv, cfg.clip_eps)
+                with torch.no_grad():
+                    ref_tok, _ = trajectory_token_logprobs(self.ref, ro.traj, emb, mask, steps)
+                kl = (k3_kl(lp_tok, ref_tok) * now).sum() / now.sum().clamp(min=1)
+                loss = loss + sur.loss + cfg.kl_beta * kl
+                metrics |= {"model/clip_fraction": sur.clip_fraction, "model/ratio_mean": sur.ratio_mean,
+                            "model/kl": kl.item(), "model/loss": sur.loss.item()}
+            if self.train_schedule:
+                lp_s = self.policy.log_prob(ro.actions)[:, steps]
+                sur_s = clipped_surrogate(lp_s, ro.sched_logp[:, steps], adv, cfg.clip_eps)
+                loss = loss + sur_s.loss
+                metrics |= {"schedule/clip_fraction": sur_s.clip_fraction, "schedule/ratio_mean": sur_s.ratio_mean,
+                            "schedule/loss": sur_s.loss.item()}
+            if not torch.isfinite(loss):
+                skipped += 1
+                continue
+            for opt in (self.opt_model, self.opt_sched):
+                if opt:
+                    opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.train_model:
+                metrics["model/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm).item()
+                self.opt_model.step()
+            if self.train_schedule:
+                metrics["schedule/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm).item()
+                self.opt_sched.step()
+        self.model.eval()
+        self.iteration += 1
+        return metrics | {"skipped": float(skipped)} | self.schedule_metrics()
+
+    def schedule_metrics(self) -> dict[str, float]:
+        """Every step's deterministic knob value and action std, e.g. schedule/step3/cfg."""
+        knobs, std = self.policy.deterministic_knobs(), self.policy.std().detach()
+        out = {}
+        for t in range(self.policy.steps):
+            for k, name in enumerate(KNOBS):
+                out[f"schedule/step{t + 1}/{name}"] = knobs[t, k].item()
+                out[f"schedule/step{t + 1}/{name}_std"] = std[t, k].item()
+        return out
+
+    # ---- checkpoints ---------------------------------------------------------------------------------
+    def save(self, folder: str | Path) -> None:
+        """Model (+ config.json), frozen reference, schedule policy, optimizers and the iteration."""
+        folder = Path(folder)
+        self.model.save(folder / "model")
+        save_file({k: v.contiguous() for k, v in self.ref.state_dict().items()}, str(folder / "ref.safetensors"))
+        tensors = {f"policy.{k}": v.contiguous() for k, v in self.policy.state_dict().items()}
+        for name, opt in (("opt_model", self.opt_model), ("opt_sched", self.opt_sched)):
+            if opt:
+                tensors |= _state_to_tensors(name, opt.state_dict())
+        save_file(tensors, str(folder / "train_state.safetensors"))
+        (folder / "train_state.json").write_text(json.dumps({"iteration": self.iteration, "mode": self.cfg.mode}))
+
+    def load(self, folder: str | Path) -> None:
+        folder = Path(folder)
+        self.model.load_state_dict(MDM.load(folder / "model").state_dict())
+        self.ref.load_state_dict(load_file(str(folder / "ref.safetensors")))
+        tensors = load_file(str(folder / "train_state.safetensors"))
+        self.policy.load_state_dict({k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")})
+        for name, opt in (("opt_model", self.opt_model), ("opt_sched", self.opt_sched)):
+            if opt:
+                opt.load_state_dict(_tensors_to_state(name, tensors, opt.state_dict()))
+        self.iteration = json.loads((folder / "train_state.json").read_text())["iteration"]

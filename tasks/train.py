@@ -1,0 +1,144 @@
+"""Tasks of the Co-GRPO training stage: grouped rollout, reward scoring, co-optimized update.
+
+Rollouts and rewards pass between tasks as files (safetensors, parquet). The trainer's live state (θ, θ_ref,
+φ, optimizers) stays in this process between tasks — reloading it every iteration would put checkpoint I/O on
+the hot path — and reaches disk every `checkpoint_every` iterations, which is what a crash can lose.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import torch
+from prefect import task
+
+from cogrpo.config import Params
+from cogrpo.io import atomic_dir, read_specs
+from cogrpo.model import MDM
+from cogrpo.rewards import combine
+from cogrpo.scenes import World
+from cogrpo.schedule import base_knobs
+from cogrpo.text import TextEncoder
+from cogrpo.tokenizer import Tokenizer
+from cogrpo.train import CoGRPO, Rollout, iteration_generator
+from tasks import tracking
+
+
+@dataclass
+class Session:
+    trainer: CoGRPO
+    text: TextEncoder
+    tokenizer: Tokenizer
+    specs: list[dict]
+
+
+_SESSIONS: dict[str, Session] = {}
+
+
+def open_session(params: Params, run_dir: str, base_model_dir: str, tokenizer_dir: str, prompts_file: str) -> int:
+    """Build (or resume from <run_dir>/checkpoint) the trainer of this run; return the next iteration."""
+    torch.set_num_threads(params.pretrain.threads)
+    model = MDM.load(base_model_dir)
+    trainer = CoGRPO(model, base_knobs(params.schedule), params.train)
+    ckpt = Path(run_dir) / "checkpoint"
+    stamp = ckpt / "fingerprint.json"
+    if stamp.is_file() and json.loads(stamp.read_text()) == _fingerprint(params, base_model_dir):
+        trainer.load(ckpt)
+    _SESSIONS[run_dir] = Session(trainer, TextEncoder(model.cfg.text_encoder, model.cfg.max_text_tokens),
+                                 Tokenizer.load(tokenizer_dir), read_specs(prompts_file))
+    return trainer.iteration
+
+
+def _fingerprint(params: Params, base_model_dir: str) -> dict:
+    """What a checkpoint must share with this run to be resumed: the base model and the params (the length
+    of the run may change)."""
+    train = params.train.model_dump(exclude={"iterations", "checkpoint_every", "sample_every"})
+    base = hashlib.sha256((Path(base_model_dir) / "model.safetensors").read_bytes()).hexdigest()
+    return {"train": train, "schedule": params.schedule.model_dump(), "base_model": base}
+
+
+def _prompt_rows(s: Session) -> torch.Tensor:
+    cfg = s.trainer.cfg
+    gen = iteration_generator(cfg.seed, s.trainer.iteration, 0)
+    return torch.randperm(len(s.specs), generator=gen)[: cfg.prompts_per_iter]
+
+
+@task
+def grouped_rollout(run_dir: str) -> str:
+    """B prompts × G trajectories with one schedule action per step each → <run_dir>/rollout.safetensors."""
+    s = _SESSIONS[run_dir]
+    rows = _prompt_rows(s)
+    emb, mask = s.text.encode([s.specs[r]["prompt"] for r in rows.tolist()])
+    path = Path(run_dir) / "rollout.safetensors"
+    s.trainer.rollout(emb, mask, rows).save(path)
+    return str(path)
+
+
+@task
+def score_rewards(params: Params, run_dir: str, rollout_path: str) -> str:
+    """Decode and score every trajectory → <run_dir>/rewards.parquet (one row per trajectory)."""
+    s = _SESSIONS[run_dir]
+    traj = Rollout.load(rollout_path).traj
+    specs = [s.specs[i] for i in traj.prompt_index.tolist()]
+    images = s.tokenizer.decode(traj.tokens)
+    terms = [(t.name, t.weight, t.normalize) for t in params.train.rewards]
+    scored = combine(terms + [("strict", 0.0, False)], World(params.world))(images, [x["prompt"] for x in specs], specs)
+    path = Path(run_dir) / "rewards.parquet"
+    pl.DataFrame({"prompt_row": traj.prompt_index.tolist(), "tag": [x["tag"] for x in specs],
+                  "reward": scored["total"].tolist(), "correct": scored["strict"].tolist()}).write_parquet(path)
+    return str(path)
+
+
+@task
+def co_update(run_dir: str, rollout_path: str, rewards_path: str, mlflow_run_id: str | None = None) -> dict:
+    """One GRPO update of θ and/or φ; returns (and logs to MLflow) the iteration's metrics."""
+    s = _SESSIONS[run_dir]
+    ro, rewards = Rollout.load(rollout_path), pl.read_parquet(rewards_path)
+    G = s.trainer.cfg.group_size
+    rows = ro.traj.prompt_index[::G]
+    emb, mask = s.text.encode([s.specs[r]["prompt"] for r in rows.tolist()])
+    metrics = s.trainer.update(ro, emb, mask, torch.tensor(rewards["reward"].to_list()))
+    per_tag = rewards.group_by("tag").agg(pl.col("correct").mean())
+    metrics |= {f"accuracy/{t}": a for t, a in per_tag.iter_rows()}
+    if mlflow_run_id:
+        tracking.log_metrics(mlflow_run_id, metrics, step=s.trainer.iteration)
+    return metrics
+
+
+@task
+def log_samples(run_dir: str, mlflow_run_id: str, n_prompts: int = 8, samples: int = 4) -> None:
+    """A grid of samples under the current deterministic schedule, for the first training prompts."""
+    from cogrpo.benchmark import generate, image_grid
+
+    s = _SESSIONS[run_dir]
+    prompts = [x["prompt"] for x in s.specs[:n_prompts]]
+    traj = generate(s.trainer.model, s.text, prompts, s.trainer.policy.deterministic_knobs(), samples, seed=0)
+    grid = image_grid(s.tokenizer.decode(traj.tokens), cols=2 * samples)
+    tracking.log_image(mlflow_run_id, grid, f"samples/iter_{s.trainer.iteration:04d}.png")
+
+
+@task
+def save_checkpoint(params: Params, run_dir: str, base_model_dir: str) -> str:
+    """Atomically replace <run_dir>/checkpoint with the trainer's state and the params it belongs to."""
+    s = _SESSIONS[run_dir]
+    with atomic_dir(Path(run_dir) / "checkpoint") as tmp:
+        s.trainer.save(tmp)
+        (tmp / "fingerprint.json").write_text(json.dumps(_fingerprint(params, base_model_dir)))
+    return str(Path(run_dir) / "checkpoint")
+
+
+@task
+def export_result(run_dir: str, out_dir: str) -> str:
+    """The trained model and its deterministic learned schedule (plain per-step JSON) → out_dir."""
+    from cogrpo.schedule import save_schedule
+
+    s = _SESSIONS[run_dir]
+    with atomic_dir(out_dir) as tmp:
+        s.trainer.model.save(tmp)
+        save_schedule(s.trainer.policy.deterministic_knobs(), tmp / "schedule.json")
+        (tmp / "train.json").write_text(json.dumps({"mode": s.trainer.cfg.mode, "iterations": s.trainer.iteration}))
+    return out_dir

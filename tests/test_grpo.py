@@ -1,0 +1,131 @@
+"""GRPO math, the schedule policy, the freezing rule, and a bandit the schedule policy must solve."""
+
+import math
+
+import pytest
+import torch
+
+from cogrpo.config import ScheduleConfig, TrainConfig
+from cogrpo.grpo import clipped_surrogate, group_advantages, k3_kl, zero_std_fraction
+from cogrpo.model import MDM, MDMConfig
+from cogrpo.policy import SchedulePolicy
+from cogrpo.schedule import KNOBS, base_knobs
+from cogrpo.train import CoGRPO
+
+
+def test_group_advantages():
+    r = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.5, 0.5, 0.5, 0.5]])
+    a = group_advantages(r)
+    assert torch.allclose(a[0], torch.tensor([1.0, -1.0, -1.0, 1.0]), atol=1e-3)
+    assert torch.equal(a[1], torch.zeros(4))  # a zero-std group carries no signal
+    assert torch.allclose(group_advantages(r, scale_by_std=False)[0], torch.tensor([0.5, -0.5, -0.5, 0.5]))
+    assert zero_std_fraction(r) == 0.5
+
+
+def test_clipped_surrogate():
+    old = torch.zeros(1, 4)
+    new = torch.log(torch.tensor([[0.5, 1.0, 1.5, 1.1]]))
+    adv = torch.tensor([[1.0, 1.0, 1.0, -1.0]])
+    s = clipped_surrogate(new, old, adv, clip_eps=0.2)
+    # min(ρA, clip(ρ)A): 0.5, 1.0, 1.2 (clipped), -1.1
+    assert math.isclose(s.loss.item(), -(0.5 + 1.0 + 1.2 - 1.1) / 4, rel_tol=1e-6)
+    assert s.clip_fraction == 0.5 and math.isclose(s.ratio_mean, (0.5 + 1 + 1.5 + 1.1) / 4, rel_tol=1e-6)
+    new.requires_grad_(True)
+    clipped_surrogate(new, old, adv, 0.2).loss.backward()
+    assert new.grad[0, 2] == 0 and new.grad[0, 0] != 0  # no gradient through the clipped side
+
+
+def test_k3_kl_is_an_unbiased_nonnegative_estimator():
+    p = torch.distributions.Categorical(logits=torch.tensor([0.0, 1.0, 2.0]))
+    q = torch.distributions.Categorical(logits=torch.tensor([0.5, 0.5, 1.0]))
+    x = p.sample((200_000,), )
+    est = k3_kl(p.log_prob(x), q.log_prob(x))
+    assert (est >= 0).all()
+    assert math.isclose(est.mean().item(), torch.distributions.kl_divergence(p, q).item(), rel_tol=0.03)
+    assert k3_kl(torch.tensor(-1.0), torch.tensor(-1.0)) == 0
+
+
+def test_policy_log_prob_matches_torch_distributions():
+    torch.manual_seed(0)
+    pol = SchedulePolicy(base_knobs(ScheduleConfig(steps=5)), sigma_init=0.4, sigma_floor=0.1)
+    with torch.no_grad():
+        pol.mean.normal_()
+        pol.log_std.normal_()
+    a = pol.sample(7)
+    ref = torch.distributions.Normal(pol.mean, pol.std()).log_prob(a).sum(-1)
+    assert torch.allclose(pol.log_prob(a), ref, atol=1e-5)
+    assert (pol.std() >= 0.1).all()
+    zero = SchedulePolicy(base_knobs(ScheduleConfig(steps=5)))
+    assert torch.allclose(zero.deterministic_knobs()[:-1], base_knobs(ScheduleConfig(steps=5))[:-1], atol=1e-5)
+
+
+def test_schedule_bandit_finds_the_best_knob():
+    """One step, reward peaks at CFG = 5 (base 3): GRPO on φ alone must move the mean there."""
+    torch.manual_seed(0)
+    pol = SchedulePolicy(base_knobs(ScheduleConfig(steps=1)), sigma_init=0.5, sigma_floor=0.05)
+    opt = torch.optim.Adam(pol.parameters(), lr=0.05)
+    cfg_index = KNOBS.index("cfg")
+    for _ in range(300):
+        a = pol.sample(64)
+        old = pol.log_prob(a).detach()
+        reward = -(pol.knobs(a)[:, 0, cfg_index] - 5.0) ** 2
+        adv = group_advantages(reward.view(4, 16)).flatten()[:, None]
+        loss = clipped_surrogate(pol.log_prob(a), old, adv, 0.2).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert abs(pol.deterministic_knobs()[0, cfg_index].item() - 5.0) < 0.3
+
+
+def _tiny_trainer(mode):
+    torch.manual_seed(0)
+    model = MDM(MDMConfig(grid=4, n_shapes=4, n_colors=6, text_encoder="tiny-random", text_dim=16,
+                          max_text_tokens=8, dim=32, layers=1, heads=2)).eval()
+    cfg = TrainConfig(mode=mode, group_size=4, prompts_per_iter=2, lr_model=1e-2, lr_schedule=1e-1)
+    return CoGRPO(model, base_knobs(ScheduleConfig(steps=4)), cfg)
+
+
+@pytest.mark.parametrize("mode", ["co", "model", "schedule"])
+def test_freezing_rule(mode):
+    tr = _tiny_trainer(mode)
+    text, mask = torch.randn(2, 5, 16), torch.ones(2, 5, dtype=torch.bool)
+    before_model = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    before_policy = {k: v.clone() for k, v in tr.policy.state_dict().items()}
+    ro = tr.rollout(text, mask, torch.arange(2))
+    if mode == "model":
+        assert torch.equal(ro.actions, torch.zeros_like(ro.actions))  # deterministic base schedule
+    else:
+        assert ro.actions.abs().sum() > 0
+    metrics = tr.update(ro, text, mask, torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0]))
+    model_same = all(torch.equal(v, tr.model.state_dict()[k]) for k, v in before_model.items())
+    policy_same = all(torch.equal(v, tr.policy.state_dict()[k]) for k, v in before_policy.items())
+    assert model_same == (mode == "schedule")
+    assert policy_same == (mode == "model")
+    assert all(torch.equal(v, tr.ref.state_dict()[k]) for k, v in before_model.items())  # θ_ref never moves
+    assert "schedule/step2/cfg" in metrics and metrics["skipped"] == 0
+
+
+def test_first_update_is_on_policy_and_nan_is_skipped():
+    tr = _tiny_trainer("co")
+    text, mask = torch.randn(2, 5, 16), torch.ones(2, 5, dtype=torch.bool)
+    ro = tr.rollout(text, mask, torch.arange(2))
+    m = tr.update(ro, text, mask, torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0]))
+    assert abs(m["model/ratio_mean"] - 1) < 1e-4 and abs(m["schedule/ratio_mean"] - 1) < 1e-5
+    assert m["model/kl"] < 1e-8
+    state = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    m = tr.update(tr.rollout(text, mask, torch.arange(2)), text, mask, torch.tensor([float("nan")] * 8))
+    assert m["skipped"] == 1 and all(torch.equal(v, tr.model.state_dict()[k]) for k, v in state.items())
+
+
+def test_checkpoint_roundtrip(tmp_path):
+    tr = _tiny_trainer("co")
+    text, mask = torch.randn(2, 5, 16), torch.ones(2, 5, dtype=torch.bool)
+    r = torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
+    tr.update(tr.rollout(text, mask, torch.arange(2)), text, mask, r)
+    tr.save(tmp_path)
+    again = _tiny_trainer("co")
+    again.load(tmp_path)
+    assert again.iteration == tr.iteration == 1
+    a, b = tr.update(tr.rollout(text, mask, torch.arange(2)), text, mask, r), \
+        again.update(again.rollout(text, mask, torch.arange(2)), text, mask, r)
+    assert a == b
