@@ -1,5 +1,7 @@
 """Tasks of the Co-GRPO training stage: grouped rollout, reward scoring, co-optimized update.
 
+<run_dir> holds the checkpoint, the current rollout and rewards, and history.jsonl (one line of metrics per
+iteration).
 Rollouts and rewards pass between tasks as files (safetensors, parquet). The trainer's live state (θ, θ_ref,
 φ, optimizers) stays in this process between tasks — reloading it every iteration would put checkpoint I/O on
 the hot path — and reaches disk every `checkpoint_every` iterations, which is what a crash can lose.
@@ -17,14 +19,14 @@ import torch
 from prefect import task
 
 from cogrpo.config import Params
-from cogrpo.io import atomic_dir, read_specs
+from cogrpo.io import atomic_dir, read_specs, write_text_atomic
 from cogrpo.model import MDM
 from cogrpo.rewards import combine
 from cogrpo.scenes import World
 from cogrpo.schedule import base_knobs
 from cogrpo.text import TextEncoder
 from cogrpo.tokenizer import Tokenizer
-from cogrpo.train import CoGRPO, Rollout, iteration_generator
+from cogrpo.train import CoGRPO, Rollout, draw_prompts, iteration_generator
 from tasks import tracking
 
 
@@ -48,6 +50,10 @@ def open_session(params: Params, run_dir: str, base_model_dir: str, tokenizer_di
     stamp = ckpt / "fingerprint.json"
     if stamp.is_file() and json.loads(stamp.read_text()) == _fingerprint(params, base_model_dir):
         trainer.load(ckpt)
+    history = Path(run_dir) / "history.jsonl"
+    if history.is_file():  # keep what the checkpoint covers; later iterations will be replayed
+        kept = [line for line in history.read_text().splitlines() if json.loads(line)["iteration"] <= trainer.iteration]
+        write_text_atomic(history, "".join(line + "\n" for line in kept))
     _SESSIONS[run_dir] = Session(trainer, TextEncoder(model.cfg.text_encoder, model.cfg.max_text_tokens),
                                  Tokenizer.load(tokenizer_dir), read_specs(prompts_file))
     return trainer.iteration
@@ -64,7 +70,7 @@ def _fingerprint(params: Params, base_model_dir: str) -> dict:
 def _prompt_rows(s: Session) -> torch.Tensor:
     cfg = s.trainer.cfg
     gen = iteration_generator(cfg.seed, s.trainer.iteration, 0)
-    return torch.randperm(len(s.specs), generator=gen)[: cfg.prompts_per_iter]
+    return draw_prompts([x["tag"] for x in s.specs], cfg.prompts_per_iter, gen)
 
 
 @task
@@ -104,6 +110,8 @@ def co_update(run_dir: str, rollout_path: str, rewards_path: str, mlflow_run_id:
     metrics = s.trainer.update(ro, emb, mask, torch.tensor(rewards["reward"].to_list()))
     per_tag = rewards.group_by("tag").agg(pl.col("correct").mean())
     metrics |= {f"accuracy/{t}": a for t, a in per_tag.iter_rows()}
+    with open(Path(run_dir) / "history.jsonl", "a") as f:
+        f.write(json.dumps({"iteration": s.trainer.iteration} | metrics) + "\n")
     if mlflow_run_id:
         tracking.log_metrics(mlflow_run_id, metrics, step=s.trainer.iteration)
     return metrics

@@ -120,3 +120,14 @@ def test_bad_schedule_file(tmp_path):
     f.write_text('{"schedule": [{"ratio": 0.5}]}')
     with pytest.raises(InputError, match="s.json: not a schedule file"):
         load_schedule(f)
+
+
+def test_transfer_keeps_the_schedule_at_equal_steps_and_maps_residuals():
+    from cogrpo.schedule import apply_actions, transfer
+
+    base8, base4 = base_knobs(ScheduleConfig(steps=8)), base_knobs(ScheduleConfig(steps=4))
+    learned = apply_actions(base8, torch.full((8, 4), 0.5))
+    assert torch.allclose(transfer(learned, base8, base8)[:-1], learned[:-1], atol=1e-4)
+    moved = transfer(learned, base8, base4)
+    assert torch.allclose(moved[:-1], apply_actions(base4, torch.full((4, 4), 0.5))[:-1], atol=1e-4)
+    assert torch.allclose(transfer(base8, base8, base4)[:-1], base4[:-1], atol=1e-4)

@@ -19,6 +19,7 @@ TINY = {
     "schedule": {"steps": 4},
     "eval": {"samples_per_prompt": 2},
     "sweep": [{"name": "cold", "temperature": 0.5}],
+    "train": {"iterations": 3, "prompts_per_iter": 2, "group_size": 2, "checkpoint_every": 2, "sample_every": 2},
 }
 
 
@@ -38,9 +39,9 @@ def project(tmp_path_factory):
 
 
 def test_stages_in_order(project):
-    from pipelines import baseline, pretrain, prompts, schedule_sweep, tokenizer
+    from pipelines import baseline, evaluate, pretrain, prompts, schedule_sweep, tokenizer, train
 
-    for stage in (prompts, tokenizer, pretrain, baseline, schedule_sweep):
+    for stage in (prompts, tokenizer, pretrain, baseline, schedule_sweep, train, evaluate):
         stage.main()
 
     split = json.loads(Path("metrics/prompts.json").read_text())
@@ -62,8 +63,20 @@ def test_stages_in_order(project):
 
     import mlflow
 
+    learned = json.loads(Path("metrics/learned_schedule.json").read_text())
+    assert [r["step"] for r in learned] == [1, 2, 3, 4] and all(r["cfg"] > 0 for r in learned)
+    assert json.loads(Path("runs/train/checkpoint/train_state.json").read_text())["iteration"] == 3
+    assert set(json.loads(Path("metrics/eval.json").read_text())) == {"geneval", "dpg", "steps"}
+
     runs = mlflow.search_runs(experiment_names=["cogrpo"])
-    assert set(runs["tags.mlflow.runName"]) == {"prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep"}
+    assert set(runs["tags.mlflow.runName"]) == {"prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep",
+                                                "train", "evaluate"}
+    tr = runs[runs["tags.mlflow.runName"] == "train"].iloc[0]
+    assert tr["params.train.mode"] == "co"
+    client = mlflow.tracking.MlflowClient()
+    assert [m.step for m in client.get_metric_history(tr["run_id"], "reward_mean")] == [1, 2, 3]
+    assert client.get_metric_history(tr["run_id"], "schedule/step3/cfg")
+    assert {a.path for a in client.list_artifacts(tr["run_id"], "samples")} == {"samples/iter_0002.png"}
     pre = runs[runs["tags.mlflow.runName"] == "pretrain"].iloc[0]
     assert pre["params.pretrain.steps"] == "12" and pre["status"] == "FINISHED"
     history = mlflow.tracking.MlflowClient().get_metric_history(pre["run_id"], "loss")

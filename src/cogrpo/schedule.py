@@ -66,6 +66,18 @@ def apply_actions(base: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     return from_preactivation(to_preactivation(base) + actions)
 
 
+def transfer(knobs: torch.Tensor, base: torch.Tensor, new_base: torch.Tensor) -> torch.Tensor:
+    """Carry a schedule learned on T steps to another step count: its residuals on `base` (T, 4), linearly
+    interpolated over decoding progress, applied to `new_base` (T', 4)."""
+    residual = to_preactivation(knobs) - to_preactivation(base)
+    T, T_new = len(base), len(new_base)
+    src = (torch.arange(T_new, dtype=torch.float32) + 0.5) * T / T_new - 0.5
+    lo = src.floor().clamp(0, T - 1).long()
+    hi = (lo + 1).clamp(max=T - 1)
+    w = (src - lo).clamp(0, 1)[:, None]
+    return apply_actions(new_base, residual[lo] * (1 - w) + residual[hi] * w)
+
+
 def masked_counts(ratios: torch.Tensor, n_tokens: int) -> torch.Tensor:
     """(n, T) masked-token counts after each step from ratios (n, T): floor(N·r_t), forced to strictly
     decrease (every step commits at least one token), to leave one token per remaining step, and to 0 at T."""

@@ -32,6 +32,18 @@ def iteration_generator(seed: int, iteration: int, stream: int) -> torch.Generat
     return torch.Generator().manual_seed((seed * 1_000_003 + iteration) * 7 + stream)
 
 
+def draw_prompts(tags: list[str], n: int, generator: torch.Generator) -> torch.Tensor:
+    """n distinct prompt rows, tag-balanced: every tag is equally likely whatever its prompt count
+    (dense DPG-style prompts outnumber each GenEval tag many times over in the training set)."""
+    by_tag: dict[str, list[int]] = {}
+    for i, t in enumerate(tags):
+        by_tag.setdefault(t, []).append(i)
+    groups = [torch.tensor(rows) for _, rows in sorted(by_tag.items())]
+    weights = torch.cat([torch.full((len(g),), 1.0 / len(g)) for g in groups])
+    order = torch.cat(groups)
+    return order[torch.multinomial(weights, min(n, len(order)), replacement=False, generator=generator)]
+
+
 @dataclass
 class Rollout:
     traj: Trajectory

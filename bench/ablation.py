@@ -1,0 +1,103 @@
+"""Ablation: `model`, `schedule` and `co` from the same base model at an equal rollout budget, ≥ 2 seeds,
+plus an inference-step sweep of base vs learned schedules.
+
+Needs the pipeline's base model (`dvc repro baseline` first). Each run is the real `co-grpo-train` Prefect
+flow with params.yaml's train section, only mode and seed changed; every run sees the same number of
+iterations × prompts × group size. A schedule learned at T steps is carried to other step counts by
+interpolating its residuals over decoding progress (cogrpo.schedule.transfer).
+
+Writes reports/ablation.json and reports/ablation.md.
+Usage: python bench/ablation.py [--seeds 0 1] [--steps 2 4 8 16] [--iterations N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipelines import _stage  # noqa: E402,F401  (environment defaults)
+
+import torch  # noqa: E402
+
+from cogrpo.config import load_params  # noqa: E402
+from cogrpo.io import write_json, write_text_atomic  # noqa: E402
+from cogrpo.schedule import base_knobs, load_schedule, transfer  # noqa: E402
+from flows.train import train  # noqa: E402
+from tasks.evaluate import evaluate_schedule  # noqa: E402
+
+SPLITS = {"heldout": "data/prompts/eval_heldout.parquet", "seen": "data/prompts/eval_seen.parquet"}
+
+
+def evaluate_at_steps(params, model_dir: str, learned: torch.Tensor | None, steps: list[int]) -> dict:
+    out = {}
+    for T in steps:
+        base_T = base_knobs(params.schedule.model_copy(update={"steps": T}))
+        knobs = base_T if learned is None else transfer(learned, base_knobs(params.schedule), base_T)
+        for split, path in SPLITS.items():
+            out[f"{split}@{T}"] = evaluate_schedule.fn(params, model_dir, "models/tokenizer", path, knobs.tolist())
+    return out
+
+
+def table(report: dict, steps: list[int]) -> str:
+    lines = ["| run | " + " | ".join(f"held-out@{T}" for T in steps) + " | " + " | ".join(f"seen@{T}" for T in steps)
+             + f" | DPG held-out@{report['train_steps']} | train reward (last 5) | wall min |",
+             "|---" * (2 * len(steps) + 4) + "|"]
+    for name, r in report["runs"].items():
+        cells = [f"{r['eval'][f'heldout@{T}']['geneval']['overall']:.3f}" for T in steps]
+        cells += [f"{r['eval'][f'seen@{T}']['geneval']['overall']:.3f}" for T in steps]
+        dpg = r["eval"][f"heldout@{report['train_steps']}"]["dpg"]["score"]
+        reward = f"{r['train_reward_last5']:.3f}" if "train_reward_last5" in r else "—"
+        wall = f"{r['wall_minutes']:.1f}" if "wall_minutes" in r else "—"
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {dpg:.3f} | {reward} | {wall} |")
+    tags = [t for t in next(iter(report["runs"].values()))["eval"][f"heldout@{report['train_steps']}"]["geneval"]
+            if t != "overall"]
+    lines += ["", f"Per tag, held-out at {report['train_steps']} steps:", "",
+              "| run | " + " | ".join(tags) + " |", "|---" * (len(tags) + 1) + "|"]
+    for name, r in report["runs"].items():
+        g = r["eval"][f"heldout@{report['train_steps']}"]["geneval"]
+        lines.append(f"| {name} | " + " | ".join(f"{g[t]:.3f}" for t in tags) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--modes", nargs="+", default=["model", "schedule", "co"])
+    ap.add_argument("--steps", type=int, nargs="+", default=[2, 4, 8, 16])
+    ap.add_argument("--iterations", type=int, default=None, help="overrides train.iterations for every run")
+    ap.add_argument("--out", default="reports/ablation")
+    args = ap.parse_args()
+    params = load_params()
+    if args.iterations:
+        params = params.model_copy(update={"train": params.train.model_copy(update={"iterations": args.iterations})})
+    torch.set_num_threads(params.pretrain.threads)
+    report: dict = {"train_steps": params.schedule.steps, "iterations": params.train.iterations,
+                    "rollouts_per_run": params.train.iterations * params.train.prompts_per_iter * params.train.group_size,
+                    "runs": {"base": {"eval": evaluate_at_steps(params, "models/base", None, args.steps)}}}
+    for mode in args.modes:
+        for seed in args.seeds:
+            name = f"{mode}-s{seed}"
+            p = params.model_copy(update={"train": params.train.model_copy(update={"mode": mode, "seed": seed})})
+            run_dir, out_dir = f"runs/ablation/{name}", f"models/ablation/{name}"
+            start = time.monotonic()
+            train(p, run_dir=run_dir, out_dir=out_dir)
+            wall = (time.monotonic() - start) / 60
+            history = [json.loads(x) for x in Path(run_dir, "history.jsonl").read_text().splitlines()]
+            learned = load_schedule(Path(out_dir) / "schedule.json")
+            report["runs"][name] = {"mode": mode, "seed": seed, "wall_minutes": wall,
+                                    "train_reward_last5": sum(h["reward_mean"] for h in history[-5:]) / len(history[-5:]),
+                                    "learned_schedule": learned.tolist(),
+                                    "eval": evaluate_at_steps(p, out_dir, learned, args.steps)}
+            write_json(f"{args.out}.json", report)  # partial results survive an interruption
+    write_json(f"{args.out}.json", report)
+    write_text_atomic(f"{args.out}.md", table(report, args.steps))
+    print(table(report, args.steps))
+
+
+if __name__ == "__main__":
+    main()
