@@ -21,8 +21,8 @@ test: $(STAMP)
 	python -m pytest
 
 bench: $(STAMP)
-	python -m pytest -m slow
 	python bench/sampler_throughput.py
+	python bench/update_cost.py
 
 clean:
 	rm -rf .prefect mlflow.db mlartifacts

@@ -11,7 +11,7 @@ def main() -> None:
     def body(params, run_id):
         report = tokenizer(params)
         write_json("metrics/tokenizer.json", report)
-        tracking.log_artifacts(run_id, "models/tokenizer", "tokenizer")
+        tracking.log_artifacts(run_id, "models/tokenizer", "tokenizer")  # includes roundtrip.png
         return report
 
     run_stage("tokenizer", ["world", "tokenizer"], body)

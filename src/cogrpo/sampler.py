@@ -38,8 +38,11 @@ class Trajectory:
     def steps(self) -> int:
         return self.knobs.shape[1]
 
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {f.name: getattr(self, f.name).contiguous() for f in fields(self)}
+
     def save(self, path: str | Path) -> None:
-        save_file({f.name: getattr(self, f.name).contiguous() for f in fields(self)}, str(path))
+        save_file(self.tensors(), str(path))
 
     @classmethod
     def load(cls, path: str | Path) -> "Trajectory":

@@ -51,10 +51,8 @@ class Rollout:
     sched_logp: torch.Tensor  # (n, T) log π_φ(a_t) at rollout time
 
     def save(self, path: str | Path) -> None:
-        self.traj.save(path)
         extra = {"actions": self.actions.contiguous(), "sched_logp": self.sched_logp.contiguous()}
-        tensors = load_file(str(path)) | extra
-        save_file(tensors, str(path))
+        save_file(self.traj.tensors() | extra, str(path))
 
     @classmethod
     def load(cls, path: str | Path) -> "Rollout":
