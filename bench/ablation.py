@@ -79,8 +79,8 @@ def main() -> None:
     report: dict = {"train_steps": params.schedule.steps, "iterations": params.train.iterations,
                     "rollouts_per_run": params.train.iterations * params.train.prompts_per_iter * params.train.group_size,
                     "runs": {"base": {"eval": evaluate_at_steps(params, "models/base", None, args.steps)}}}
-    for mode in args.modes:
-        for seed in args.seeds:
+    for seed in args.seeds:  # seed-major: an interrupted ablation still holds every mode once
+        for mode in args.modes:
             name = f"{mode}-s{seed}"
             p = params.model_copy(update={"train": params.train.model_copy(update={"mode": mode, "seed": seed})})
             run_dir, out_dir = f"runs/ablation/{name}", f"models/ablation/{name}"
