@@ -7,7 +7,7 @@ iterations × prompts × group size. A schedule learned at T steps is carried to
 interpolating its residuals over decoding progress (cogrpo.schedule.transfer).
 
 Writes reports/ablation.json and reports/ablation.md.
-Usage: python bench/ablation.py [--seeds 0 1] [--steps 2 4 8 16] [--iterations N]
+Usage: python bench/ablation.py [--seeds 0 1] [--steps 2 4 8 16] [--iterations N] [--train-steps T] [--out PATH]
 """
 
 from __future__ import annotations
@@ -70,11 +70,14 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=["model", "schedule", "co"])
     ap.add_argument("--steps", type=int, nargs="+", default=[2, 4, 8, 16])
     ap.add_argument("--iterations", type=int, default=None, help="overrides train.iterations for every run")
+    ap.add_argument("--train-steps", type=int, default=None, help="overrides schedule.steps: the T trained at")
     ap.add_argument("--out", default="reports/ablation")
     args = ap.parse_args()
     params = load_params()
     if args.iterations:
         params = params.model_copy(update={"train": params.train.model_copy(update={"iterations": args.iterations})})
+    if args.train_steps:
+        params = params.model_copy(update={"schedule": params.schedule.model_copy(update={"steps": args.train_steps})})
     torch.set_num_threads(params.pretrain.threads)
     report: dict = {"train_steps": params.schedule.steps, "iterations": params.train.iterations,
                     "rollouts_per_run": params.train.iterations * params.train.prompts_per_iter * params.train.group_size,
@@ -83,7 +86,8 @@ def main() -> None:
         for mode in args.modes:
             name = f"{mode}-s{seed}"
             p = params.model_copy(update={"train": params.train.model_copy(update={"mode": mode, "seed": seed})})
-            run_dir, out_dir = f"runs/ablation/{name}", f"models/ablation/{name}"
+            tag = Path(args.out).name
+            run_dir, out_dir = f"runs/{tag}/{name}", f"models/{tag}/{name}"
             start = time.monotonic()
             train(p, run_dir=run_dir, out_dir=out_dir)
             wall = (time.monotonic() - start) / 60

@@ -126,9 +126,10 @@ class CoGRPO:
         gen = iteration_generator(cfg.seed, self.iteration, 2)
         skipped = 0
         for _ in range(cfg.inner_epochs):
+            # one random subset of steps per epoch, shared by the batch, so the recompute is one forward
             steps = torch.randperm(T, generator=gen)[:n_steps].sort().values
             loss = torch.zeros(())
-            if self.train_model:
+            if self.train_model:  # the token action of a step: every cell it committed, one joint ratio
                 self.model.train()
                 lp_tok, now = trajectory_token_logprobs(self.model, ro.traj, emb, mask, steps)
                 lp = (lp_tok * now).sum(-1)

@@ -1,0 +1,42 @@
+"""The reward registry: the checker's rewards, weighted sums, normalisation, unknown names."""
+
+import pytest
+import torch
+
+from cogrpo.errors import InputError
+from cogrpo.rewards import REGISTRY, build, combine
+from cogrpo.spec import Obj
+
+SPEC = {"tag": "color_attr", "prompt": "a photo of a red circle and a blue square",
+        "include": [{"class": "circle", "count": 1, "color": "red"}, {"class": "square", "count": 1, "color": "blue"}]}
+
+
+@pytest.fixture
+def images(world):
+    good = [Obj("circle", "red", 0, 0), Obj("square", "blue", 1, 1)]
+    wrong_colour = [Obj("circle", "green", 0, 0), Obj("square", "blue", 1, 1)]
+    extra = good + [Obj("triangle", "red", 3, 3)]
+    return [world.render(o) for o in (good, wrong_colour, extra)]
+
+
+def test_checker_rewards(world, images):
+    specs, prompts = [SPEC] * 3, [SPEC["prompt"]] * 3
+    comp = build("compositional", world)(images, prompts, specs)
+    # facts: 2 counts, 2 colours, cleanliness
+    assert torch.allclose(comp, torch.tensor([1.0, 4 / 5, 4 / 5]))
+    assert torch.equal(build("strict", world)(images, prompts, specs), torch.tensor([1.0, 0.0, 0.0]))
+
+
+def test_weighted_sum_and_normalisation(world, images):
+    specs, prompts = [SPEC] * 3, [SPEC["prompt"]] * 3
+    out = combine([("compositional", 2.0, False), ("strict", 1.0, True)], world)(images, prompts, specs)
+    strict = torch.tensor([1.0, 0.0, 0.0])
+    z = (strict - strict.mean()) / (strict.std(unbiased=False) + 1e-6)
+    assert torch.allclose(out["total"], 2 * out["compositional"] + z, atol=1e-5)
+    assert torch.equal(out["strict"], strict)
+
+
+def test_unknown_reward_is_one_clear_error(world):
+    with pytest.raises(InputError, match=r"unknown reward 'imagereward2' \(known: compositional, strict\)"):
+        build("imagereward2", world)
+    assert {"compositional", "strict"} <= set(REGISTRY)
