@@ -7,7 +7,8 @@ iterations × prompts × group size. A schedule learned at T steps is carried to
 interpolating its residuals over decoding progress (cogrpo.schedule.transfer).
 
 Writes reports/ablation.json and reports/ablation.md.
-Usage: python bench/ablation.py [--seeds 0 1] [--steps 2 4 8 16] [--iterations N] [--train-steps T] [--out PATH]
+Usage: python bench/ablation.py [--seeds 0 1] [--modes model schedule co] [--steps 2 4 8 16] [--train-steps T]
+                                [--train '{"sigma_init": 0.15}'] [--out reports/NAME]
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pipelines import _stage  # noqa: E402,F401  (environment defaults)
 
 import torch  # noqa: E402
 
-from cogrpo.config import load_params  # noqa: E402
+from cogrpo.config import TrainConfig, load_params  # noqa: E402
 from cogrpo.io import write_json, write_text_atomic  # noqa: E402
 from cogrpo.schedule import base_knobs, load_schedule, transfer  # noqa: E402
 from flows.train import train  # noqa: E402
@@ -69,13 +70,13 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--modes", nargs="+", default=["model", "schedule", "co"])
     ap.add_argument("--steps", type=int, nargs="+", default=[2, 4, 8, 16])
-    ap.add_argument("--iterations", type=int, default=None, help="overrides train.iterations for every run")
     ap.add_argument("--train-steps", type=int, default=None, help="overrides schedule.steps: the T trained at")
+    ap.add_argument("--train", default="{}", help="JSON overrides of the train section, e.g. '{\"sigma_init\": 0.15}'")
     ap.add_argument("--out", default="reports/ablation")
     args = ap.parse_args()
     params = load_params()
-    if args.iterations:
-        params = params.model_copy(update={"train": params.train.model_copy(update={"iterations": args.iterations})})
+    train_cfg = TrainConfig.model_validate(params.train.model_dump() | json.loads(args.train))
+    params = params.model_copy(update={"train": train_cfg})
     if args.train_steps:
         params = params.model_copy(update={"schedule": params.schedule.model_copy(update={"steps": args.train_steps})})
     torch.set_num_threads(params.pretrain.threads)

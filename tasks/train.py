@@ -1,10 +1,9 @@
 """Tasks of the Co-GRPO training stage: grouped rollout, reward scoring, co-optimized update.
 
-<run_dir> holds the checkpoint, the current rollout and rewards, and history.jsonl (one line of metrics per
-iteration).
 Rollouts and rewards pass between tasks as files (safetensors, parquet). The trainer's live state (θ, θ_ref,
 φ, optimizers) stays in this process between tasks — reloading it every iteration would put checkpoint I/O on
 the hot path — and reaches disk every `checkpoint_every` iterations, which is what a crash can lose.
+<run_dir> holds the checkpoint, the current rollout and rewards, and history.jsonl (metrics per iteration).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from cogrpo.io import atomic_dir, read_specs, write_text_atomic
 from cogrpo.model import MDM
 from cogrpo.rewards import combine
 from cogrpo.scenes import World
-from cogrpo.schedule import base_knobs
+from cogrpo.schedule import base_knobs, save_schedule
 from cogrpo.text import TextEncoder
 from cogrpo.tokenizer import Tokenizer
 from cogrpo.train import CoGRPO, Rollout, draw_prompts, iteration_generator
@@ -141,10 +140,8 @@ def save_checkpoint(params: Params, run_dir: str, base_model_dir: str) -> str:
 
 @task
 def export_result(run_dir: str, out_dir: str) -> str:
-    """The trained model and its deterministic learned schedule (plain per-step JSON) → out_dir."""
-    from cogrpo.schedule import save_schedule
-
-    s = _SESSIONS[run_dir]
+    """The trained model and its deterministic learned schedule (plain per-step JSON) → out_dir; ends the session."""
+    s = _SESSIONS.pop(run_dir)
     with atomic_dir(out_dir) as tmp:
         s.trainer.model.save(tmp)
         save_schedule(s.trainer.policy.deterministic_knobs(), tmp / "schedule.json")
