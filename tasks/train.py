@@ -9,6 +9,7 @@ the hot path — and reaches disk every `checkpoint_every` iterations, which is 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,15 @@ import polars as pl
 import torch
 from prefect import task
 
+import cogrpo.checker
+import cogrpo.grpo
+import cogrpo.model
+import cogrpo.policy
+import cogrpo.rewards
+import cogrpo.sampler
+import cogrpo.schedule
+import cogrpo.spec
+import cogrpo.train
 from cogrpo.config import Params
 from cogrpo.io import atomic_dir, read_specs, write_text_atomic
 from cogrpo.model import MDM
@@ -38,6 +48,8 @@ class Session:
 
 
 _SESSIONS: dict[str, Session] = {}
+_TRAINING_CODE = (cogrpo.train, cogrpo.grpo, cogrpo.policy, cogrpo.sampler, cogrpo.schedule, cogrpo.model, cogrpo.rewards,
+                  cogrpo.checker, cogrpo.spec)
 
 
 def open_session(params: Params, run_dir: str, base_model_dir: str, tokenizer_dir: str, prompts_file: str) -> int:
@@ -59,11 +71,12 @@ def open_session(params: Params, run_dir: str, base_model_dir: str, tokenizer_di
 
 
 def _fingerprint(params: Params, base_model_dir: str) -> dict:
-    """What a checkpoint must share with this run to be resumed: the base model and the params (the length
-    of the run may change)."""
+    """What a checkpoint must share with this run to be resumed: the base model, the params (the length of
+    the run may change) and the training code — a rerun after a code change must not resume stale work."""
     train = params.train.model_dump(exclude={"iterations", "checkpoint_every", "sample_every"})
     base = hashlib.sha256((Path(base_model_dir) / "model.safetensors").read_bytes()).hexdigest()
-    return {"train": train, "schedule": params.schedule.model_dump(), "base_model": base}
+    code = hashlib.sha256("".join(inspect.getsource(m) for m in _TRAINING_CODE).encode()).hexdigest()
+    return {"train": train, "schedule": params.schedule.model_dump(), "base_model": base, "code": code}
 
 
 def _prompt_rows(s: Session) -> torch.Tensor:
