@@ -22,8 +22,8 @@ def images(world):
 def test_checker_rewards(world, images):
     specs, prompts = [SPEC] * 3, [SPEC["prompt"]] * 3
     comp = build("compositional", world)(images, prompts, specs)
-    # facts: 2 counts, 2 colours, cleanliness
-    assert torch.allclose(comp, torch.tensor([1.0, 4 / 5, 4 / 5]))
+    # facts: 2 counts, 2 colours, cleanliness; a green circle fails its colour and is an unrequested object
+    assert torch.allclose(comp, torch.tensor([1.0, 3 / 5, 4 / 5]))
     assert torch.equal(build("strict", world)(images, prompts, specs), torch.tensor([1.0, 0.0, 0.0]))
 
 
