@@ -2,43 +2,41 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from collections.abc import Callable
 
-for _k, _v in {"HF_HUB_OFFLINE": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-               "MLFLOW_DISABLE_TELEMETRY": "true", "TOKENIZERS_PARALLELISM": "false"}.items():
-    os.environ.setdefault(_k, _v)
-
-import mlflow  # noqa: E402
+from tasks import tracking  # first: it sets the environment defaults
 
 from cogrpo.config import Params, load_params  # noqa: E402
 from cogrpo.errors import InputError  # noqa: E402
-from tasks import tracking  # noqa: E402
+from cogrpo.schedule import base_knobs  # noqa: E402
 
 PARAMS_FILE = "params.yaml"
 
 
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def run_stage(name: str, sections: list[str], body: Callable[[Params, str], dict]) -> dict:
-    """Validate params, open an MLflow run logging the stage's params sections, run body(params, run_id),
-    log the numbers it returns. Bad input exits with status 2 and one line naming the file or key."""
+    """Validate params, open an MLflow run logging the stage's params sections (and the base schedule, step by
+    step), run body(params, run_id), log the numbers it returns. Bad input exits with status 2 and one line
+    naming the file or key; the MLflow run is then marked FAILED, never left RUNNING."""
+    run_id = None
     try:
         params = load_params(PARAMS_FILE)
         tracking.setup()
-        with mlflow.start_run(run_name=name, tags={"stage": name, "git_commit": git_commit()}) as run:
-            dumped = params.model_dump()
-            mlflow.log_params(tracking.flatten({s: dumped[s] for s in sections}))
-            result = body(params, run.info.run_id)
-            tracking.log_metrics(run.info.run_id, result)
+        tracking.fail_dead_runs()
+        run_id = tracking.start_run(name, {"stage": name, "mode": params.train.mode})
+        dumped = params.model_dump()
+        tracking.log_params(run_id, {s: dumped[s] for s in sections})
+        tracking.log_schedule(run_id, base_knobs(params.schedule).tolist(), "schedule.initial")
+        result = body(params, run_id)
+        tracking.log_metrics(run_id, result)
+        tracking.end_run(run_id)
         return result
     except (InputError, FileNotFoundError) as err:
+        if run_id:
+            tracking.end_run(run_id, failed=True)
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    except BaseException:
+        if run_id:
+            tracking.end_run(run_id, failed=True)
+        raise

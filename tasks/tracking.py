@@ -1,25 +1,96 @@
-"""MLflow helpers: a local sqlite store in the repo, runs addressed by id (MLflow's active run is per thread)."""
+"""MLflow helpers: a local sqlite store in the repo, runs addressed by id (MLflow's active run is per thread).
+
+Every run carries the tags that say where it came from (git commit, DVC data hashes, host and pid); a run
+whose process died (kill -9, power loss) is found by its pid on the next start and marked FAILED.
+"""
 
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 from pathlib import Path
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 import mlflow  # noqa: E402
+import polars as pl  # noqa: E402
+import yaml  # noqa: E402
+from mlflow.entities import RunStatus  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 EXPERIMENT = "cogrpo"
 
 
 def setup(root: str | Path = ".") -> str:
-    """Point MLflow at <root>/mlflow.db with artifacts under <root>/mlartifacts; return the experiment id."""
+    """Point MLflow at <root>/mlflow.db with artifacts under <root>/mlartifacts; return the experiment id.
+    MLFLOW_TRACKING_URI, when set, wins (a shared server, or `dvc exp` runs outside the workspace)."""
     root = Path(root).resolve()
-    mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
+    if not os.environ.get("MLFLOW_TRACKING_URI"):
+        mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
     if mlflow.get_experiment_by_name(EXPERIMENT) is None:
         mlflow.create_experiment(EXPERIMENT, artifact_location=(root / "mlartifacts").as_uri())
     return mlflow.set_experiment(EXPERIMENT).experiment_id
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def dvc_hashes(lock_file: str | Path = "dvc.lock") -> dict[str, str]:
+    """md5 of every output DVC has recorded ({"dvc.models/base": "…"}); empty without a dvc.lock."""
+    lock = Path(lock_file)
+    if not lock.is_file():
+        return {}
+    stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
+    return {f"dvc.{out['path']}": out["md5"] for stage in stages.values() for out in stage.get("outs", [])
+            if "md5" in out}
+
+
+def provenance_tags() -> dict[str, str]:
+    return {"git_commit": git_commit(), "cogrpo.host": socket.gethostname(), "cogrpo.pid": str(os.getpid())}
+
+
+def fail_dead_runs() -> list[str]:
+    """Mark FAILED the RUNNING runs of this host whose process is gone; return their ids."""
+    client = MlflowClient()
+    exp = mlflow.get_experiment_by_name(EXPERIMENT)
+    dead = []
+    for run in client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'", max_results=1000):
+        tags = run.data.tags
+        if tags.get("cogrpo.host") != socket.gethostname() or not tags.get("cogrpo.pid", "").isdigit():
+            continue
+        try:
+            os.kill(int(tags["cogrpo.pid"]), 0)
+        except ProcessLookupError:
+            client.set_tag(run.info.run_id, "cogrpo.ended", "process died before the run finished")
+            client.set_terminated(run.info.run_id, RunStatus.to_string(RunStatus.FAILED))
+            dead.append(run.info.run_id)
+        except PermissionError:  # alive, owned by another user
+            pass
+    return dead
+
+
+def start_run(name: str, tags: dict[str, str] | None = None, parent_id: str | None = None) -> str:
+    """A RUNNING run (nested under parent_id when given) with the provenance tags; returns its id."""
+    exp = mlflow.get_experiment_by_name(EXPERIMENT)
+    all_tags = provenance_tags() | dvc_hashes() | (tags or {}) | {"mlflow.runName": name}
+    if parent_id:
+        all_tags["mlflow.parentRunId"] = parent_id
+    return MlflowClient().create_run(exp.experiment_id, tags=all_tags, run_name=name).info.run_id
+
+
+def set_tags(run_id: str, tags: dict[str, str]) -> None:
+    client = MlflowClient()
+    for k, v in tags.items():
+        client.set_tag(run_id, k, v)
+
+
+def end_run(run_id: str, failed: bool = False) -> None:
+    MlflowClient().set_terminated(run_id, "FAILED" if failed else "FINISHED")
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, object]:
@@ -34,6 +105,34 @@ def flatten(d: dict, prefix: str = "") -> dict[str, object]:
         else:
             out[key] = v
     return out
+
+
+def log_params(run_id: str, params: dict) -> None:
+    from mlflow.entities import Param
+
+    items = [Param(k, str(v)[:6000]) for k, v in flatten(params).items()]
+    client = MlflowClient()
+    for i in range(0, len(items), 100):  # MLflow's batch limit
+        client.log_batch(run_id, params=items[i:i + 100])
+
+
+def log_schedule(run_id: str, knobs: list[list[float]], prefix: str) -> None:
+    """Every step's knob values as params: <prefix>.step3.cfg = 3.0."""
+    from cogrpo.schedule import KNOBS
+
+    log_params(run_id, {f"{prefix}.step{t + 1}.{k}": round(v, 6) for t, row in enumerate(knobs)
+                        for k, v in zip(KNOBS, row)})
+
+
+def log_prompt_set(run_id: str, path: str | Path, context: str) -> None:
+    """A prompt parquet file as an MLflow dataset input (name, digest, source path, schema)."""
+    path = Path(path)
+    df = pl.read_parquet(path).select("prompt", "tag")
+    dataset = mlflow.data.from_polars(df, source=str(path), name=path.stem)
+    from mlflow.entities import DatasetInput, InputTag
+
+    MlflowClient().log_inputs(run_id, [DatasetInput(dataset._to_mlflow_entity(),
+                                                    [InputTag("mlflow.data.context", context)])])
 
 
 def log_metrics(run_id: str, metrics: dict, step: int | None = None, prefix: str = "") -> None:

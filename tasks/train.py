@@ -3,6 +3,7 @@
 Rollouts and rewards pass between tasks as files (safetensors, parquet). The trainer's live state (θ, θ_ref,
 φ, optimizers) stays in this process between tasks — reloading it every iteration would put checkpoint I/O on
 the hot path — and reaches disk every `checkpoint_every` iterations, which is what a crash can lose.
+The loop's tasks never persist results: Prefect would otherwise cache the second call with equal arguments.
 <run_dir> holds the checkpoint, the current rollout and rewards, and history.jsonl (metrics per iteration).
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 import polars as pl
 import torch
 from prefect import task
+from tqdm.auto import tqdm
 
 import cogrpo.checker
 import cogrpo.grpo
@@ -28,7 +30,7 @@ import cogrpo.schedule
 import cogrpo.spec
 import cogrpo.train
 from cogrpo.config import Params
-from cogrpo.io import atomic_dir, read_specs, write_text_atomic
+from cogrpo.io import atomic_dir, exclusive, read_specs, write_text_atomic
 from cogrpo.model import MDM
 from cogrpo.rewards import combine
 from cogrpo.scenes import World
@@ -48,7 +50,7 @@ class Session:
 
 
 _SESSIONS: dict[str, Session] = {}
-_TRAINING_CODE = (cogrpo.train, cogrpo.grpo, cogrpo.policy, cogrpo.sampler, cogrpo.schedule, cogrpo.model, cogrpo.rewards,
+TRAINING_CODE = (cogrpo.train, cogrpo.grpo, cogrpo.policy, cogrpo.sampler, cogrpo.schedule, cogrpo.model, cogrpo.rewards,
                   cogrpo.checker, cogrpo.spec)
 
 
@@ -75,7 +77,7 @@ def _fingerprint(params: Params, base_model_dir: str) -> dict:
     the run may change) and the training code — a rerun after a code change must not resume stale work."""
     train = params.train.model_dump(exclude={"iterations", "checkpoint_every", "sample_every"})
     base = hashlib.sha256((Path(base_model_dir) / "model.safetensors").read_bytes()).hexdigest()
-    code = hashlib.sha256("".join(inspect.getsource(m) for m in _TRAINING_CODE).encode()).hexdigest()
+    code = hashlib.sha256("".join(inspect.getsource(m) for m in TRAINING_CODE).encode()).hexdigest()
     return {"train": train, "schedule": params.schedule.model_dump(), "base_model": base, "code": code}
 
 
@@ -85,7 +87,7 @@ def _prompt_rows(s: Session) -> torch.Tensor:
     return draw_prompts([x["tag"] for x in s.specs], cfg.prompts_per_iter, gen)
 
 
-@task
+@task(persist_result=False)
 def grouped_rollout(run_dir: str) -> str:
     """B prompts × G trajectories with one schedule action per step each → <run_dir>/rollout.safetensors."""
     s = _SESSIONS[run_dir]
@@ -96,7 +98,7 @@ def grouped_rollout(run_dir: str) -> str:
     return str(path)
 
 
-@task
+@task(persist_result=False)
 def score_rewards(params: Params, run_dir: str, rollout_path: str) -> str:
     """Decode and score every trajectory → <run_dir>/rewards.parquet (one row per trajectory)."""
     s = _SESSIONS[run_dir]
@@ -111,7 +113,7 @@ def score_rewards(params: Params, run_dir: str, rollout_path: str) -> str:
     return str(path)
 
 
-@task
+@task(persist_result=False)
 def co_update(run_dir: str, rollout_path: str, rewards_path: str, mlflow_run_id: str | None = None) -> dict:
     """One GRPO update of θ and/or φ; returns (and logs to MLflow) the iteration's metrics."""
     s = _SESSIONS[run_dir]
@@ -129,7 +131,7 @@ def co_update(run_dir: str, rollout_path: str, rewards_path: str, mlflow_run_id:
     return metrics
 
 
-@task
+@task(persist_result=False)
 def log_samples(run_dir: str, mlflow_run_id: str, n_prompts: int = 8, samples: int = 4) -> None:
     """A grid of samples under the current deterministic schedule, for the first training prompts."""
     from cogrpo.benchmark import generate, image_grid
@@ -141,7 +143,7 @@ def log_samples(run_dir: str, mlflow_run_id: str, n_prompts: int = 8, samples: i
     tracking.log_image(mlflow_run_id, grid, f"samples/iter_{s.trainer.iteration:04d}.png")
 
 
-@task
+@task(persist_result=False)
 def save_checkpoint(params: Params, run_dir: str, base_model_dir: str) -> str:
     """Atomically replace <run_dir>/checkpoint with the trainer's state and the params it belongs to."""
     s = _SESSIONS[run_dir]
@@ -151,7 +153,7 @@ def save_checkpoint(params: Params, run_dir: str, base_model_dir: str) -> str:
     return str(Path(run_dir) / "checkpoint")
 
 
-@task
+@task(persist_result=False)
 def export_result(run_dir: str, out_dir: str) -> str:
     """The trained model and its deterministic learned schedule (plain per-step JSON) → out_dir; ends the session."""
     s = _SESSIONS.pop(run_dir)
@@ -160,3 +162,43 @@ def export_result(run_dir: str, out_dir: str) -> str:
         save_schedule(s.trainer.policy.deterministic_knobs(), tmp / "schedule.json")
         (tmp / "train.json").write_text(json.dumps({"mode": s.trainer.cfg.mode, "iterations": s.trainer.iteration}))
     return out_dir
+
+
+@task
+def train_model(params: Params, run_dir: str, out_dir: str, base_model_dir: str, tokenizer_dir: str,
+                prompts_file: str, mlflow_run_id: str | None = None) -> str:
+    """The whole training: rollout → score → update tasks, looped; a checkpoint every `checkpoint_every`
+    iterations; resumes from <run_dir>/checkpoint. One run at a time may own run_dir."""
+    cfg = params.train
+    with exclusive(run_dir):
+        start = open_session(params, run_dir, base_model_dir, tokenizer_dir, prompts_file)
+        if mlflow_run_id:
+            _claim(run_dir, mlflow_run_id, start)
+        for it in tqdm(range(start, cfg.iterations), desc=f"co-grpo [{cfg.mode}]", initial=start,
+                       total=cfg.iterations):
+            rollout = grouped_rollout(run_dir)
+            rewards = score_rewards(params, run_dir, rollout)
+            co_update(run_dir, rollout, rewards, mlflow_run_id)
+            if mlflow_run_id and (it + 1) % cfg.sample_every == 0:
+                log_samples(run_dir, mlflow_run_id)
+            if (it + 1) % cfg.checkpoint_every == 0 or it + 1 == cfg.iterations:
+                save_checkpoint(params, run_dir, base_model_dir)
+        return export_result(run_dir, out_dir)
+
+
+def _claim(run_dir: str, run_id: str, start: int) -> None:
+    """Tag the MLflow run with its run_dir; when resuming, link it to the run that wrote the checkpoint."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    folder = str(Path(run_dir).resolve())
+    tags = {"cogrpo.run_dir": folder, "resumed_at_iteration": str(start)}
+    if start > 0:
+        before = client.search_runs([client.get_run(run_id).info.experiment_id],
+                                    f"tags.`cogrpo.run_dir` = '{folder}'", order_by=["attributes.start_time DESC"],
+                                    max_results=2)
+        earlier = [r.info.run_id for r in before if r.info.run_id != run_id]
+        if earlier:
+            tags["resumed_from"] = earlier[0]
+    for k, v in tags.items():
+        client.set_tag(run_id, k, v)

@@ -9,36 +9,8 @@ import polars as pl
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
 
-TINY = {
-    "prompts": {"dpg_train": 40, "dpg_eval": 6, "eval_per_tag": 3},
-    "tokenizer": {"train_scenes": 150},
-    "model": {"text_encoder": "tiny-random", "dim": 32, "layers": 1, "heads": 2},
-    "pretrain": {"steps": 12, "batch_size": 16, "pool_size": 200, "log_every": 4},
-    "schedule": {"steps": 4},
-    "eval": {"samples_per_prompt": 2},
-    "sweep": [{"name": "cold", "temperature": 0.5}],
-    "train": {"iterations": 3, "prompts_per_iter": 2, "group_size": 2, "checkpoint_every": 2, "sample_every": 2},
-}
-
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    from prefect.testing.utilities import prefect_test_harness
-
-    work = tmp_path_factory.mktemp("project")
-    (work / "params.yaml").write_text(yaml.safe_dump(TINY))
-    old = os.getcwd()
-    os.chdir(work)
-    try:
-        with prefect_test_harness(server_startup_timeout=120):
-            yield work
-    finally:
-        os.chdir(old)
-
-
-def test_stages_in_order(project):
+def test_stages_in_order(tiny_project):
     from pipelines import baseline, evaluate, pretrain, prompts, schedule_sweep, tokenizer, train
 
     for stage in (prompts, tokenizer, pretrain, baseline, schedule_sweep, train, evaluate):
@@ -83,7 +55,7 @@ def test_stages_in_order(project):
     assert [m.step for m in history] == [4, 8, 12]
 
 
-def test_bad_params_stop_before_writing(project, capsys):
+def test_bad_params_stop_before_writing(tiny_project, capsys):
     from pipelines import prompts
 
     shutil.rmtree("data", ignore_errors=True)

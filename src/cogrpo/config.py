@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cogrpo.errors import InputError
 
@@ -111,6 +111,15 @@ class RewardTerm(_Section):
     weight: float = Field(1.0, description="Weight of this reward in the sum.")
     normalize: bool = Field(False, description="z-normalise this reward over the batch before weighting.")
 
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        from cogrpo.rewards import REGISTRY  # lazy: rewards imports the world, which imports this module
+
+        if name not in REGISTRY:
+            raise ValueError(f"unknown reward '{name}' (known: {', '.join(sorted(REGISTRY))})")
+        return name
+
 
 class TrainConfig(_Section):
     mode: Literal["co", "model", "schedule"] = Field(
@@ -186,11 +195,26 @@ def parse_params(raw: object, source: str = "params") -> Params:
     except ValidationError as err:
         first = err.errors()[0]
         key = ".".join(str(p) for p in first["loc"]) or "<top>"
-        msg = first["msg"]
+        msg = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
             msg = "unknown key"
         more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
         raise ParamsError(f"{source}: key '{key}': {msg}{more}") from None
+
+
+def with_overrides(params: Params, overrides: dict[str, object], source: str = "overrides") -> Params:
+    """params with dotted keys replaced ({"train.mode": "model"}), validated like a params file."""
+    raw = params.model_dump()
+    for dotted, value in overrides.items():
+        *parents, leaf = dotted.split(".")
+        node = raw
+        for i, key in enumerate(parents + [leaf]):
+            if not isinstance(node, dict) or key not in node:
+                raise ParamsError(f"{source}: key '{'.'.join((parents + [leaf])[:i + 1])}': unknown key")
+            if i < len(parents):
+                node = node[key]
+        node[leaf] = value
+    return parse_params(raw, source)
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -28,6 +30,44 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         raise
     shutil.rmtree(path, ignore_errors=True)
     tmp.rename(path)
+
+
+def content_hash(path: str | Path) -> str:
+    """sha256 of a file's bytes, or of a folder's relative file names and bytes (sorted; hidden scratch skipped)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: input not found")
+    if path.is_file():
+        files = [(path, "")]
+    else:  # hidden names are scratch (atomic_dir's temp folders, locks)
+        files = [(p, p.relative_to(path).as_posix()) for p in sorted(path.rglob("*"))
+                 if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)]
+    h = hashlib.sha256()
+    for f, name in files:
+        h.update(name.encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def exclusive(folder: str | Path) -> Iterator[None]:
+    """Hold <folder>/.lock for the block; a second live holder is refused with an error naming the folder.
+    The OS drops the lock when its process dies, so a killed run never leaves the folder locked."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            raise InputError(f"{folder}: in use by another run (pid {fh.read().strip() or '?'}); "
+                             "give this run its own output folder") from None
+        fh.truncate(0)
+        fh.write(str(os.getpid()))
+        fh.flush()
+        yield
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

@@ -1,0 +1,88 @@
+"""The `pipeline` flow: cross-run caching by content, one MLflow parent run with nested stage runs."""
+
+from pathlib import Path
+
+import pytest
+
+STAGES = ["prompts", "tokenizer", "pretrain", "baseline", "train", "evaluate"]
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_project):
+    """Three executions: fresh, unchanged, and with only the training seed changed."""
+    from flows.pipeline import pipeline
+
+    return [pipeline(), pipeline(), pipeline(seed=1)]
+
+
+def _cached(result) -> dict[str, bool]:
+    return {s: result["stages"][s]["cached"] for s in STAGES}
+
+
+def test_rerun_is_cached_and_a_param_reruns_only_its_dependents(runs):
+    first, again, reseeded = runs
+    assert not any(_cached(first).values())
+    assert all(_cached(again).values())
+    assert again["eval"] == first["eval"] and again["baseline"] == first["baseline"]
+    assert _cached(reseeded) == {"prompts": True, "tokenizer": True, "pretrain": True, "baseline": True,
+                                 "train": False, "evaluate": False}
+    assert reseeded["stages"]["train"]["out_dir"] != first["stages"]["train"]["out_dir"]
+    # outputs are content-addressed folders that hold what the stage wrote
+    assert Path(first["stages"]["train"]["out_dir"], "schedule.json").is_file()
+    assert Path(first["stages"]["baseline"]["out_dir"], "results.jsonl").is_file()
+
+
+def test_prefect_shows_every_task_of_the_rerun_cached(runs):
+    import asyncio
+
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    async def task_states(flow_run_id: str) -> list[str]:
+        async with get_client() as client:
+            only = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+            return [t.state.name for t in await client.read_task_runs(flow_run_filter=only)]
+
+    assert set(asyncio.run(task_states(runs[0]["prefect_flow_run"]))) == {"Completed"}
+    again = asyncio.run(task_states(runs[1]["prefect_flow_run"]))
+    assert again == ["Cached"] * 8  # prompts, tokenizer, pretrain, 2 baseline evals, train, 2 final evals
+
+
+def test_mlflow_parent_and_nested_runs(runs):
+    import mlflow
+
+    df = mlflow.search_runs(experiment_names=["cogrpo"])
+    parents = df[df["tags.mlflow.runName"] == "pipeline"]
+    assert len(parents) == 3 and set(parents["status"]) == {"FINISHED"}
+    for run in runs:
+        children = df[df["tags.mlflow.parentRunId"] == run["mlflow_run_id"]]
+        assert sorted(children["tags.mlflow.runName"]) == sorted(STAGES)
+        assert set(children["status"]) == {"FINISHED"}
+    p = parents[parents["run_id"] == runs[2]["mlflow_run_id"]].iloc[0]
+    assert p["tags.mode"] == "co" and p["params.train.seed"] == "1" and len(p["tags.git_commit"]) > 0
+    assert float(p["params.schedule.initial.step1.cfg"]) == 3.0
+    assert float(p["params.schedule.learned.step4.ratio"]) < 1e-3  # the last step unmasks everything
+    assert p["metrics.eval.heldout.geneval.overall"] >= 0
+
+    client = mlflow.tracking.MlflowClient()
+    kids = df[df["tags.mlflow.parentRunId"] == runs[0]["mlflow_run_id"]].set_index("tags.mlflow.runName")
+    prompts = client.get_run(kids.loc["prompts", "run_id"])
+    assert {d.dataset.name for d in prompts.inputs.dataset_inputs} == {"train", "eval_heldout", "eval_seen"}
+    train = kids.loc["train", "run_id"]
+    assert {a.path for a in client.list_artifacts(train)} >= {"trained", "checkpoint"}
+    assert [m.step for m in client.get_metric_history(train, "reward_mean")] == [1, 2, 3]
+    cached_kids = df[df["tags.mlflow.parentRunId"] == runs[1]["mlflow_run_id"]]
+    assert set(cached_kids["tags.cached"]) == {"true"}
+
+
+def test_bad_override_is_one_line_naming_the_key(tiny_project, capsys):
+    from pipelines.pipeline import main
+
+    with pytest.raises(SystemExit) as err:
+        main(["--set", "train.learning_rate=3"])
+    assert err.value.code == 2
+    assert capsys.readouterr().err.strip() == "error: overrides: key 'train.learning_rate': unknown key"
+    with pytest.raises(SystemExit):
+        main(["--set", "train.rewards=[{name: nope}]"])
+    assert capsys.readouterr().err.strip() == ("error: overrides: key 'train.rewards.0.name': unknown reward 'nope' "
+                                               "(known: compositional, strict)")

@@ -1,0 +1,13 @@
+"""Params of a tiny but complete run of every stage: seconds on a CPU, same code paths as the real run."""
+
+TINY: dict = {
+    "prompts": {"dpg_train": 40, "dpg_eval": 6, "eval_per_tag": 3},
+    "tokenizer": {"train_scenes": 150},
+    "model": {"text_encoder": "tiny-random", "dim": 32, "layers": 1, "heads": 2},
+    "pretrain": {"steps": 12, "batch_size": 16, "pool_size": 200, "log_every": 4},
+    "schedule": {"steps": 4},
+    "eval": {"samples_per_prompt": 2},
+    "sweep": [{"name": "cold", "temperature": 0.5}],
+    "train": {"iterations": 3, "prompts_per_iter": 2, "group_size": 2, "checkpoint_every": 2, "sample_every": 2},
+}
+
