@@ -8,7 +8,7 @@ interpolating its residuals over decoding progress (cogrpo.schedule.transfer).
 
 Writes reports/ablation.json and reports/ablation.md.
 Usage: python bench/ablation.py [--seeds 0 1] [--modes model schedule co] [--steps 2 4 8 16] [--train-steps T]
-                                [--train '{"sigma_init": 0.15}'] [--out reports/NAME]
+                                [--train '{"sigma_init": 0.15}'] [--out reports/NAME] [--skip-base]
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ def main() -> None:
     ap.add_argument("--train-steps", type=int, default=None, help="overrides schedule.steps: the T trained at")
     ap.add_argument("--train", default="{}", help="JSON overrides of the train section, e.g. '{\"sigma_init\": 0.15}'")
     ap.add_argument("--out", default="reports/ablation")
+    ap.add_argument("--skip-base", action="store_true", help="do not re-evaluate the base model")
     args = ap.parse_args()
     params = load_params()
     train_cfg = TrainConfig.model_validate(params.train.model_dump() | json.loads(args.train))
@@ -82,13 +83,15 @@ def main() -> None:
     torch.set_num_threads(params.pretrain.threads)
     report: dict = {"train_steps": params.schedule.steps, "iterations": params.train.iterations,
                     "rollouts_per_run": params.train.iterations * params.train.prompts_per_iter * params.train.group_size,
-                    "runs": {"base": {"eval": evaluate_at_steps(params, "models/base", None, args.steps)}}}
+                    "train_overrides": json.loads(args.train), "runs": {}}
+    if not args.skip_base:
+        report["runs"]["base"] = {"eval": evaluate_at_steps(params, "models/base", None, args.steps)}
     for seed in args.seeds:  # seed-major: an interrupted ablation still holds every mode once
         for mode in args.modes:
             name = f"{mode}-s{seed}"
             p = params.model_copy(update={"train": params.train.model_copy(update={"mode": mode, "seed": seed})})
-            tag = Path(args.out).name
-            run_dir, out_dir = f"runs/{tag}/{name}", f"models/{tag}/{name}"
+            folder = Path("runs/ablation", Path(args.out).name, name)
+            run_dir, out_dir = str(folder / "run"), str(folder / "model")
             start = time.monotonic()
             train(p, run_dir=run_dir, out_dir=out_dir)
             wall = (time.monotonic() - start) / 60

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 
@@ -14,11 +15,26 @@ from cogrpo.schedule import base_knobs  # noqa: E402
 PARAMS_FILE = "params.yaml"
 
 
+def _traceback_free(record: logging.LogRecord) -> bool:
+    """Console filter: a task or flow that failed on bad input logs no traceback (the UI still gets it)."""
+    return not (record.exc_info and isinstance(record.exc_info[1], (InputError, FileNotFoundError)))
+
+
+def one_line_input_errors() -> None:
+    """Bad input ends in one line naming the file or key, not in Prefect's tracebacks of the failed run."""
+    from prefect.logging.configuration import setup_logging
+
+    setup_logging()
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_traceback_free)
+
+
 def run_stage(name: str, sections: list[str], body: Callable[[Params, str], dict]) -> dict:
     """Validate params, open an MLflow run logging the stage's params sections (and the base schedule, step by
     step), run body(params, run_id), log the numbers it returns. Bad input exits with status 2 and one line
     naming the file or key; the MLflow run is then marked FAILED, never left RUNNING."""
     run_id = None
+    one_line_input_errors()
     try:
         params = load_params(PARAMS_FILE)
         tracking.setup()

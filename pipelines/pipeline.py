@@ -13,6 +13,7 @@ import yaml
 from tasks import tracking  # noqa: F401  (first: environment defaults)
 
 from cogrpo.errors import InputError  # noqa: E402
+from pipelines._stage import one_line_input_errors  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -25,6 +26,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="override a params key, the value read as YAML; repeatable")
     ap.add_argument("--root", default="runs/pipeline", help="outputs and cache records of every stage")
     args = ap.parse_args(argv)
+    one_line_input_errors()
     try:
         overrides = {}
         for item in args.set:

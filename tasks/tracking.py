@@ -20,14 +20,15 @@ from mlflow.entities import RunStatus  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 EXPERIMENT = "cogrpo"
+# read once at import: mlflow.set_tracking_uri() below writes the variable, and must not be taken for the user's
+_USER_URI = os.environ.get("MLFLOW_TRACKING_URI")
 
 
 def setup(root: str | Path = ".") -> str:
     """Point MLflow at <root>/mlflow.db with artifacts under <root>/mlartifacts; return the experiment id.
     MLFLOW_TRACKING_URI, when set, wins (a shared server, or `dvc exp` runs outside the workspace)."""
     root = Path(root).resolve()
-    if not os.environ.get("MLFLOW_TRACKING_URI"):
-        mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
+    mlflow.set_tracking_uri(_USER_URI or f"sqlite:///{root / 'mlflow.db'}")
     if mlflow.get_experiment_by_name(EXPERIMENT) is None:
         mlflow.create_experiment(EXPERIMENT, artifact_location=(root / "mlartifacts").as_uri())
     return mlflow.set_experiment(EXPERIMENT).experiment_id

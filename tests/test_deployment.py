@@ -1,0 +1,67 @@
+"""The served deployments against a real Prefect API: registered with typed parameters, a triggered run of
+`pipeline/cogrpo` completes, and its stages land where the parameters say."""
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def served(tiny_project):
+    from prefect.settings import get_current_settings
+
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}  # each project its own store
+    env |= {"PYTHONPATH": str(ROOT), "PREFECT_API_URL": str(get_current_settings().api.url)}
+    proc = subprocess.Popen([sys.executable, "-m", "flows.serve"], cwd=tiny_project, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    yield tiny_project
+    proc.terminate()
+    proc.wait(timeout=60)
+
+
+async def _deployment(name: str, timeout: float = 120):
+    from prefect import get_client
+
+    async with get_client() as client:
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                return await client.read_deployment_by_name(name)
+            except Exception:
+                if time.monotonic() > end:
+                    raise
+                await asyncio.sleep(1)
+
+
+def test_deployments_have_typed_parameters_and_a_schedule(served):
+    pipe = asyncio.run(_deployment("pipeline/cogrpo"))
+    props = pipe.parameter_openapi_schema["properties"]
+    assert set(props) == {"params_file", "mode", "steps", "seed", "overrides", "root"}
+    mode = props["mode"]["anyOf"][0]
+    assert mode["enum"] == ["co", "model", "schedule"]
+    nightly = asyncio.run(_deployment("pipeline/nightly"))
+    assert nightly.schedules[0].schedule.cron == "0 2 * * *" and nightly.paused
+    assert "model_dir" in asyncio.run(_deployment("benchmark/cogrpo")).parameter_openapi_schema["properties"]
+
+
+def test_a_triggered_run_completes(served):
+    from prefect.deployments import run_deployment
+
+    asyncio.run(_deployment("pipeline/cogrpo"))
+    run = run_deployment("pipeline/cogrpo", parameters={"mode": "schedule", "seed": 3, "root": "runs/served"},
+                         timeout=300, poll_interval=2)
+    assert run.state.is_completed(), run.state
+    trained = list(Path(served, "runs/served/train").glob("train-*/model/schedule.json"))
+    assert len(trained) == 1
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{served / 'mlflow.db'}")
+    parent = mlflow.search_runs(experiment_names=["cogrpo"], filter_string="tags.mlflow.runName = 'pipeline'")
+    assert list(parent["tags.mode"]) == ["schedule"] and list(parent["params.train.seed"]) == ["3"]
