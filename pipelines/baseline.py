@@ -20,7 +20,7 @@ def main() -> None:
         write_json("metrics/baseline.json", heldout)
         write_json("metrics/baseline_seen.json", seen)
         tracking.log_image(run_id, Image.open("outputs/baseline/grid.png"), "samples/baseline_grid.png")
-        return {"heldout": heldout, "seen": seen}
+        return {"baseline": {"heldout": heldout, "seen": seen}}
 
     run_stage("baseline", ["schedule", "eval"], body)
 

@@ -22,7 +22,7 @@ def main() -> None:
         write_json("metrics/eval.json", heldout)
         write_json("metrics/eval_seen.json", seen)
         tracking.log_image(run_id, Image.open("outputs/eval/grid.png"), "samples/eval_grid.png")
-        return {"heldout": heldout, "seen": seen}
+        return {"eval": {"heldout": heldout, "seen": seen}}
 
     run_stage("evaluate", ["schedule", "eval", "train"], body)
 

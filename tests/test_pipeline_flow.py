@@ -86,3 +86,14 @@ def test_bad_override_is_one_line_naming_the_key(tiny_project, capsys):
         main(["--set", "train.rewards=[{name: nope}]"])
     assert capsys.readouterr().err.strip() == ("error: overrides: key 'train.rewards.0.name': unknown reward 'nope' "
                                                "(known: compositional, strict)")
+
+
+def test_compare_reads_the_runs_back(runs, capsys, tmp_path):
+    from pipelines.compare import main
+
+    main(["--by", "train.seed", "--plot", str(tmp_path / "compare.png")])
+    out = capsys.readouterr().out
+    for run in runs:
+        assert run["mlflow_run_id"][:8] in out
+    seed1 = f"{runs[2]['eval']['heldout']['geneval']['overall']:.3f}"
+    assert seed1 in out and (tmp_path / "compare.png").stat().st_size > 1000
