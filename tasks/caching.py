@@ -18,6 +18,7 @@ from typing import Any
 
 from prefect import Task
 from prefect.cache_policies import CachePolicy
+from prefect.locking.filesystem import FileSystemLockManager
 
 from cogrpo.io import content_hash
 
@@ -46,7 +47,11 @@ class ContentKey(CachePolicy):
 
 
 def cached(task: Task, key: ContentKey, root: str | Path, outputs_exist: bool = True) -> Task:
-    """`task` with its result persisted as JSON under <root>/cache, keyed by `key`. When the stage's output
-    folder is gone, the record is refreshed rather than trusted."""
-    return task.with_options(cache_policy=key.configure(key_storage=str(Path(root).resolve() / "cache")),
-                             persist_result=True, result_serializer="json", refresh_cache=not outputs_exist)
+    """`task` with its result persisted as JSON under <root>/cache, keyed by `key`. Serializable isolation:
+    a second run reaching a key that is being computed waits for it and then reads it, rather than computing
+    it again into the same folder. When the stage's output folder is gone, the record is refreshed."""
+    root = Path(root).resolve()
+    policy = key.configure(key_storage=str(root / "cache"), isolation_level="SERIALIZABLE",
+                           lock_manager=FileSystemLockManager(root / "locks"))
+    return task.with_options(cache_policy=policy, persist_result=True, result_serializer="json",
+                             refresh_cache=not outputs_exist)

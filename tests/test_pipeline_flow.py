@@ -97,3 +97,33 @@ def test_compare_reads_the_runs_back(runs, capsys, tmp_path):
         assert run["mlflow_run_id"][:8] in out
     seed1 = f"{runs[2]['eval']['heldout']['geneval']['overall']:.3f}"
     assert seed1 in out and (tmp_path / "compare.png").stat().st_size > 1000
+
+
+def test_two_experiments_at_once_do_not_clobber_each_other(tiny_project, tmp_path):
+    """Two `pipeline` processes started together on one project: shared stages are computed once, each
+    training gets its own folder, each execution its own MLflow runs."""
+    import os
+    import subprocess
+    import sys
+
+    import mlflow
+    from prefect.settings import get_current_settings
+
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env |= {"PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+            "PREFECT_API_URL": str(get_current_settings().api.url)}
+    root = str(tmp_path / "shared")
+    procs = [subprocess.Popen([sys.executable, "-m", "pipelines.pipeline", "--seed", str(s), "--root", root],
+                              cwd=tiny_project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for s in (11, 12)]
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-2000:]
+    assert len(list(Path(root, "prompts").iterdir())) == 1  # same key: one folder, written once
+    assert len(list(Path(root, "train").iterdir())) == 2
+    df = mlflow.search_runs(experiment_names=["cogrpo"], filter_string="tags.mlflow.runName = 'pipeline'")
+    parents = df[df["params.train.seed"].isin(["11", "12"])]
+    assert len(parents) == 2 and set(parents["status"]) == {"FINISHED"}
+    for run_id in parents["run_id"]:
+        kids = mlflow.search_runs(experiment_names=["cogrpo"], filter_string=f"tags.mlflow.parentRunId = '{run_id}'")
+        assert len(kids) == len(STAGES) and set(kids["status"]) == {"FINISHED"}
