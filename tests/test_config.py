@@ -58,3 +58,16 @@ def test_every_field_is_documented():
                 assert field.description, f"{model.__name__}.{name} has no description"
 
     walk(Params)
+
+
+def test_overrides_are_validated_like_the_file():
+    from cogrpo.config import Params, ParamsError, with_overrides
+
+    p = with_overrides(Params(), {"train.mode": "model", "schedule.steps": 4, "train.rewards": [{"name": "strict"}]})
+    assert (p.train.mode, p.schedule.steps, p.train.rewards[0].name) == ("model", 4, "strict")
+    with pytest.raises(ParamsError, match=r"^overrides: key 'train.lr': unknown key$"):
+        with_overrides(Params(), {"train.lr": 1})
+    with pytest.raises(ParamsError, match=r"^overrides: key 'train.mode': Input should be 'co', 'model' or 'schedule'"):
+        with_overrides(Params(), {"train.mode": "both"})
+    with pytest.raises(ParamsError, match=r"key 'schedule.steps.x': unknown key"):
+        with_overrides(Params(), {"schedule.steps.x": 1})
