@@ -50,8 +50,8 @@ class Session:
 
 
 _SESSIONS: dict[str, Session] = {}
-TRAINING_CODE = (cogrpo.train, cogrpo.grpo, cogrpo.policy, cogrpo.sampler, cogrpo.schedule, cogrpo.model, cogrpo.rewards,
-                  cogrpo.checker, cogrpo.spec)
+TRAINING_CODE = (cogrpo.train, cogrpo.grpo, cogrpo.policy, cogrpo.sampler, cogrpo.schedule, cogrpo.model,
+                 cogrpo.rewards, cogrpo.checker, cogrpo.spec)
 
 
 def open_session(params: Params, run_dir: str, base_model_dir: str, tokenizer_dir: str, prompts_file: str) -> int:

@@ -206,14 +206,14 @@ def with_overrides(params: Params, overrides: dict[str, object], source: str = "
     """params with dotted keys replaced ({"train.mode": "model"}), validated like a params file."""
     raw = params.model_dump()
     for dotted, value in overrides.items():
-        *parents, leaf = dotted.split(".")
-        node = raw
-        for i, key in enumerate(parents + [leaf]):
+        keys, node = dotted.split("."), raw
+        for i, key in enumerate(keys):
             if not isinstance(node, dict) or key not in node:
-                raise ParamsError(f"{source}: key '{'.'.join((parents + [leaf])[:i + 1])}': unknown key")
-            if i < len(parents):
+                raise ParamsError(f"{source}: key '{'.'.join(keys[:i + 1])}': unknown key")
+            if i < len(keys) - 1:
                 node = node[key]
-        node[leaf] = value
+            else:
+                node[key] = value
     return parse_params(raw, source)
 
 
