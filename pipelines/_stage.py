@@ -29,10 +29,12 @@ def one_line_input_errors() -> None:
         handler.addFilter(_traceback_free)
 
 
-def run_stage(name: str, sections: list[str], body: Callable[[Params, str], dict]) -> dict:
+def run_stage(name: str, sections: list[str], body: Callable[[Params, str], dict],
+              datasets: tuple[str, ...] = ()) -> dict:
     """Validate params, open an MLflow run logging the stage's params sections (and the base schedule, step by
-    step), run body(params, run_id), log the numbers it returns. Bad input exits with status 2 and one line
-    naming the file or key; the MLflow run is then marked FAILED, never left RUNNING."""
+    step), run body(params, run_id), log the numbers it returns and the prompt sets it used (names under
+    data/prompts) as dataset inputs. Bad input exits with status 2 and one line naming the file or key; the
+    MLflow run is then marked FAILED, never left RUNNING."""
     run_id = None
     one_line_input_errors()
     try:
@@ -45,6 +47,8 @@ def run_stage(name: str, sections: list[str], body: Callable[[Params, str], dict
         tracking.log_schedule(run_id, base_knobs(params.schedule).tolist(), "schedule.initial")
         result = body(params, run_id)
         tracking.log_metrics(run_id, result)
+        for split in datasets:
+            tracking.log_prompt_set(run_id, f"data/prompts/{split}.parquet", split)
         tracking.end_run(run_id)
         return result
     except (InputError, FileNotFoundError) as err:

@@ -22,7 +22,7 @@ def main() -> None:
         tracking.log_image(run_id, Image.open("outputs/baseline/grid.png"), "samples/baseline_grid.png")
         return {"baseline": {"heldout": heldout, "seen": seen}}
 
-    run_stage("baseline", ["schedule", "eval"], body)
+    run_stage("baseline", ["schedule", "eval"], body, datasets=("eval_heldout", "eval_seen"))
 
 
 if __name__ == "__main__":

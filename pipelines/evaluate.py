@@ -24,7 +24,7 @@ def main() -> None:
         tracking.log_image(run_id, Image.open("outputs/eval/grid.png"), "samples/eval_grid.png")
         return {"eval": {"heldout": heldout, "seen": seen}}
 
-    run_stage("evaluate", ["schedule", "eval", "train"], body)
+    run_stage("evaluate", ["schedule", "eval", "train"], body, datasets=("eval_heldout", "eval_seen"))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ def main() -> None:
         write_json("metrics/prompts.json", report)
         return {name: {"prompts": r["prompts"]} for name, r in report.items() if name != "heldout"}
 
-    run_stage("prompts", ["world", "prompts"], body)
+    run_stage("prompts", ["world", "prompts"], body, datasets=("train", "eval_heldout", "eval_seen"))
 
 
 if __name__ == "__main__":

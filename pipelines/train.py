@@ -35,7 +35,7 @@ def main() -> None:
                                           "last_10pct": {k: round(v, 6) for k, v in last.items()}})
         return {"train": last}
 
-    run_stage("train", ["train", "schedule"], body)
+    run_stage("train", ["train", "schedule"], body, datasets=("train",))
 
 
 if __name__ == "__main__":

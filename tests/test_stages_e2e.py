@@ -49,6 +49,9 @@ def test_stages_in_order(tiny_project):
     assert [m.step for m in client.get_metric_history(tr["run_id"], "reward_mean")] == [1, 2, 3]
     assert client.get_metric_history(tr["run_id"], "schedule/step3/cfg")
     assert {a.path for a in client.list_artifacts(tr["run_id"], "samples")} == {"samples/iter_0002.png"}
+    assert {d.dataset.name for d in client.get_run(tr["run_id"]).inputs.dataset_inputs} == {"train"}
+    assert float(tr["params.schedule.initial.step1.cfg"]) == 3.0 and tr["params.schedule.learned.step4.cfg"]
+    assert set(runs["status"]) == {"FINISHED"} and tr["tags.mode"] == "co" and tr["tags.git_commit"]
     pre = runs[runs["tags.mlflow.runName"] == "pretrain"].iloc[0]
     assert pre["params.pretrain.steps"] == "12" and pre["status"] == "FINISHED"
     history = mlflow.tracking.MlflowClient().get_metric_history(pre["run_id"], "loss")
