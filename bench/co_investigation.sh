@@ -18,4 +18,7 @@ done
 $A --modes model co --seeds 0 1 --steps 4 8 --skip-base --out reports/co_mixed_reward \
    --train '{"rewards": [{"name": "compositional", "weight": 0.5}, {"name": "strict", "weight": 0.5}]}'
 $A --modes model co --seeds 0 --steps 2 4 8 --train-steps 4 --out reports/ablation_t4
+# three times the budget at half the steps: does the trend reach the base at full steps?
+$A --modes co model --seeds 0 --steps 4 8 --skip-base --train-steps 4 --train '{"iterations": 120}' \
+   --out reports/ablation_t4_long
 python bench/summarize_investigation.py
