@@ -127,3 +127,16 @@ def test_two_experiments_at_once_do_not_clobber_each_other(tiny_project, tmp_pat
     for run_id in parents["run_id"]:
         kids = mlflow.search_runs(experiment_names=["cogrpo"], filter_string=f"tags.mlflow.parentRunId = '{run_id}'")
         assert len(kids) == len(STAGES) and set(kids["status"]) == {"FINISHED"}
+
+
+def test_benchmark_flow_evaluates_a_trained_model_at_other_step_counts(runs):
+    from flows.pipeline import benchmark
+
+    st = runs[0]["stages"]
+    kw = {"model_dir": st["train"]["out_dir"], "schedule_file": str(Path(st["train"]["out_dir"], "schedule.json")),
+          "prompts_file": str(Path(st["prompts"]["out_dir"], "eval_heldout.parquet")),
+          "tokenizer_dir": st["tokenizer"]["out_dir"]}
+    same = benchmark(**kw)
+    assert same == runs[0]["eval"]["heldout"]  # the learned schedule at its own step count: the pipeline's eval
+    fewer = benchmark(**kw, steps=2)  # carried to 2 steps
+    assert set(fewer["geneval"]) == set(same["geneval"]) and fewer != same
