@@ -35,10 +35,18 @@ SPLITS = {"heldout": "data/prompts/eval_heldout.parquet", "seen": "data/prompts/
 
 
 def evaluate_at_steps(params, model_dir: str, learned: torch.Tensor | None, steps: list[int]) -> dict:
+    """Base schedule (learned None) or learned: the one trained at T (schedule_T<T>.json) if any, else the
+    main one carried to T."""
     out = {}
     for T in steps:
         base_T = base_knobs(params.schedule.model_copy(update={"steps": T}))
-        knobs = base_T if learned is None else transfer(learned, base_knobs(params.schedule), base_T)
+        own = Path(model_dir) / f"schedule_T{T}.json"
+        if learned is None:
+            knobs = base_T
+        elif own.is_file():
+            knobs = load_schedule(own)
+        else:
+            knobs = transfer(learned, base_knobs(params.schedule), base_T)
         for split, path in SPLITS.items():
             out[f"{split}@{T}"] = evaluate_schedule.fn(params, model_dir, "models/tokenizer", path, knobs.tolist())
     return out

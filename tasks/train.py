@@ -58,7 +58,9 @@ def open_session(params: Params, run_dir: str, base_model_dir: str, tokenizer_di
     """Build (or resume from <run_dir>/checkpoint) the trainer of this run; return the next iteration."""
     torch.set_num_threads(params.pretrain.threads)
     model = MDM.load(base_model_dir)
-    trainer = CoGRPO(model, base_knobs(params.schedule), params.train)
+    counts = [params.schedule.steps, *params.train.extra_steps]
+    bases = {T: base_knobs(params.schedule.model_copy(update={"steps": T})) for T in counts}
+    trainer = CoGRPO(model, bases, params.train)
     ckpt = Path(run_dir) / "checkpoint"
     stamp = ckpt / "fingerprint.json"
     if stamp.is_file() and json.loads(stamp.read_text()) == _fingerprint(params, base_model_dir):
@@ -155,11 +157,13 @@ def save_checkpoint(params: Params, run_dir: str, base_model_dir: str) -> str:
 
 @task(persist_result=False)
 def export_result(run_dir: str, out_dir: str) -> str:
-    """The trained model and its deterministic learned schedule (plain per-step JSON) → out_dir; ends the session."""
+    """The trained model and its deterministic learned schedule (plain per-step JSON) → out_dir, plus
+    schedule_T<n>.json for each extra trained step count; ends the session."""
     s = _SESSIONS.pop(run_dir)
     with atomic_dir(out_dir) as tmp:
         s.trainer.model.save(tmp)
-        save_schedule(s.trainer.policy.deterministic_knobs(), tmp / "schedule.json")
+        for i, (T, knobs) in enumerate(s.trainer.learned_schedules().items()):
+            save_schedule(knobs, tmp / ("schedule.json" if i == 0 else f"schedule_T{T}.json"))
         (tmp / "train.json").write_text(json.dumps({"mode": s.trainer.cfg.mode, "iterations": s.trainer.iteration}))
     return out_dir
 

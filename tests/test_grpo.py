@@ -77,12 +77,13 @@ def test_schedule_bandit_finds_the_best_knob():
     assert abs(pol.deterministic_knobs()[0, cfg_index].item() - 5.0) < 0.3
 
 
-def _tiny_trainer(mode):
+def _tiny_trainer(mode, extra_steps=()):
     torch.manual_seed(0)
     model = MDM(MDMConfig(grid=4, n_shapes=4, n_colors=6, text_encoder="tiny-random", text_dim=16,
                           max_text_tokens=8, dim=32, layers=1, heads=2)).eval()
     cfg = TrainConfig(mode=mode, group_size=4, prompts_per_iter=2, lr_model=1e-2, lr_schedule=1e-1)
-    return CoGRPO(model, base_knobs(ScheduleConfig(steps=4)), cfg)
+    bases = {T: base_knobs(ScheduleConfig(steps=T)) for T in (4, *extra_steps)}
+    return CoGRPO(model, bases, cfg)
 
 
 @pytest.mark.parametrize("mode", ["co", "model", "schedule"])
@@ -117,13 +118,33 @@ def test_first_update_is_on_policy_and_nan_is_skipped():
     assert m["skipped"] == 1 and all(torch.equal(v, tr.model.state_dict()[k]) for k, v in state.items())
 
 
-def test_checkpoint_roundtrip(tmp_path):
-    tr = _tiny_trainer("co")
+def test_extra_step_counts_cycle_and_each_trains_only_its_own_policy():
+    tr = _tiny_trainer("co", extra_steps=(2,))
+    text, mask = torch.randn(2, 5, 16), torch.ones(2, 5, dtype=torch.bool)
+    r = torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
+    seen = []
+    for _ in range(3):
+        before = {T: p.mean.detach().clone() for T, p in tr.policies.items()}
+        ro = tr.rollout(text, mask, torch.arange(2))
+        m = tr.update(ro, text, mask, r)
+        T = ro.traj.steps
+        seen.append(T)
+        assert m["steps"] == T and ro.actions.shape[1] == T
+        assert not torch.equal(before[str(T)], tr.policies[str(T)].mean)
+        assert all(torch.equal(v, tr.policies[k].mean) for k, v in before.items() if k != str(T))
+    assert seen == [4, 2, 4]
+    assert set(tr.learned_schedules()) == {4, 2} and list(tr.learned_schedules())[0] == 4
+    assert "schedule/T2/step2/cfg" in m and "schedule/step4/cfg" in m
+
+
+@pytest.mark.parametrize("extra_steps", [(), (2,)])
+def test_checkpoint_roundtrip(tmp_path, extra_steps):
+    tr = _tiny_trainer("co", extra_steps)
     text, mask = torch.randn(2, 5, 16), torch.ones(2, 5, dtype=torch.bool)
     r = torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
     tr.update(tr.rollout(text, mask, torch.arange(2)), text, mask, r)
     tr.save(tmp_path)
-    again = _tiny_trainer("co")
+    again = _tiny_trainer("co", extra_steps)
     again.load(tmp_path)
     assert again.iteration == tr.iteration == 1
     a, b = tr.update(tr.rollout(text, mask, torch.arange(2)), text, mask, r), \

@@ -133,6 +133,10 @@ class TrainConfig(_Section):
     lr_schedule: float = Field(0.1, gt=0, description="Adam learning rate of the schedule policy φ.")
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip ε of the ratio.")
     kl_beta: float = Field(0.05, ge=0, description="Weight β of the k3 KL of θ to the frozen starting model.")
+    extra_steps: list[int] = Field(
+        default_factory=list, description="Inference step counts trained beside schedule.steps, each with its own "
+        "schedule policy; iterations cycle through [schedule.steps, *extra_steps]. Guards accuracy at those step "
+        "counts (training at one step count alone lowers it at the others).")
     step_fraction: float = Field(0.25, gt=0, le=1, description="Fraction of the T steps trained per inner epoch.")
     inner_epochs: int = Field(1, ge=1, description="Update passes over each rollout batch.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient-norm clip, per policy.")
@@ -175,9 +179,12 @@ class Params(_Section):
         cells = self.world.grid**2
         for where, steps in [("schedule.steps", self.schedule.steps)] + [
             (f"sweep.{s.name}.steps", s.steps) for s in self.sweep if s.steps
-        ]:
+        ] + [(f"train.extra_steps.{i}", t) for i, t in enumerate(self.train.extra_steps)]:
             if steps > cells:
                 raise ValueError(f"{where} = {steps} exceeds the {cells} tokens of a {self.world.grid}x{self.world.grid} grid")
+        counts = [self.schedule.steps, *self.train.extra_steps]
+        if len(set(counts)) < len(counts) or min(counts) < 1:
+            raise ValueError(f"train.extra_steps {self.train.extra_steps}: step counts ≥ 1, distinct, not schedule.steps")
         return self
 
 

@@ -1,7 +1,8 @@
 """Co-GRPO: one rollout → score → update iteration over the model θ and the schedule policy φ.
 
 `CoGRPO` holds what persists across iterations (θ, the frozen θ_ref, φ, two optimizers) and saves it
-all as safetensors. The mode decides only what is trainable and stochastic:
+all as safetensors. φ is one schedule policy per trained step count (`train.extra_steps`); iterations
+cycle through the step counts, the model is shared. The mode decides only what is trainable and stochastic:
   co        θ and φ train; schedule actions are sampled from π_φ
   model     θ trains; the schedule is the deterministic base (actions 0, φ frozen)
   schedule  φ trains; θ is frozen
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+from torch import nn
 
 from cogrpo.config import TrainConfig
 from cogrpo.grpo import clipped_surrogate, group_advantages, k3_kl, zero_std_fraction
@@ -79,35 +81,46 @@ def _tensors_to_state(prefix: str, tensors: dict, template: dict) -> dict:
 
 
 class CoGRPO:
-    def __init__(self, model: MDM, base_knobs: torch.Tensor, cfg: TrainConfig):
+    def __init__(self, model: MDM, base_knobs: torch.Tensor | dict[int, torch.Tensor], cfg: TrainConfig):
+        """base_knobs: the base schedule (T, 4), or one per trained step count, the main one first."""
+        bases = base_knobs if isinstance(base_knobs, dict) else {len(base_knobs): base_knobs}
         self.cfg = cfg
         self.model = model
         self.ref = copy.deepcopy(model).eval().requires_grad_(False)
-        self.policy = SchedulePolicy(base_knobs, cfg.sigma_init, cfg.sigma_floor)
+        self.policies = nn.ModuleDict({str(T): SchedulePolicy(b, cfg.sigma_init, cfg.sigma_floor)
+                                       for T, b in bases.items()})
+        self.policy = self.policies[str(next(iter(bases)))]  # the main step count's: evaluation and export
         self.train_model = cfg.mode in ("co", "model")
         self.train_schedule = cfg.mode in ("co", "schedule")
         model.requires_grad_(self.train_model)
-        self.policy.requires_grad_(self.train_schedule)
+        self.policies.requires_grad_(self.train_schedule)
         self.opt_model = torch.optim.Adam(model.parameters(), lr=cfg.lr_model) if self.train_model else None
-        self.opt_sched = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr_schedule) if self.train_schedule else None
+        self.opt_sched = (torch.optim.Adam(self.policies.parameters(), lr=cfg.lr_schedule)
+                          if self.train_schedule else None)
         self.iteration = 0
+
+    def current_steps(self) -> int:
+        """This iteration's step count: the cycle [main, *extra] indexed by the iteration."""
+        counts = [p.steps for p in self.policies.values()]
+        return counts[self.iteration % len(counts)]
 
     # ---- rollout -------------------------------------------------------------------------------------
     @torch.no_grad()
     def rollout(self, text: torch.Tensor, text_mask: torch.Tensor, prompt_rows: torch.Tensor) -> Rollout:
         """G trajectories per prompt: text (B, L, D) and prompt_rows (B,) per prompt."""
         G, B = self.cfg.group_size, len(prompt_rows)
-        n, T = B * G, self.policy.steps
+        policy = self.policies[str(self.current_steps())]
+        n, T = B * G, policy.steps
         gen = iteration_generator(self.cfg.seed, self.iteration, 1)
         if self.train_schedule:
-            actions = self.policy.sample(n, gen)
-            sched_logp = self.policy.log_prob(actions)
+            actions = policy.sample(n, gen)
+            sched_logp = policy.log_prob(actions)
         else:  # model mode: the deterministic base schedule
             actions, sched_logp = torch.zeros(n, T, len(KNOBS)), torch.zeros(n, T)
         seeds = torch.randint(0, 2**62, (n,), generator=gen)
         self.model.eval()
         traj = sample(self.model, text.repeat_interleave(G, 0), text_mask.repeat_interleave(G, 0),
-                      self.policy.knobs(actions), seeds, prompt_rows.repeat_interleave(G))
+                      policy.knobs(actions), seeds, prompt_rows.repeat_interleave(G))
         return Rollout(traj, actions, sched_logp)
 
     # ---- update --------------------------------------------------------------------------------------
@@ -115,7 +128,7 @@ class CoGRPO:
         """One GRPO update from a rollout; text (B, L, D) per prompt as in rollout; rewards (n,)."""
         cfg, G = self.cfg, self.cfg.group_size
         metrics: dict = {"reward_mean": rewards.mean().item(), "reward_std": rewards.std(unbiased=False).item(),
-                         "zero_std_groups": zero_std_fraction(rewards.view(-1, G))}
+                         "zero_std_groups": zero_std_fraction(rewards.view(-1, G)), "steps": float(ro.traj.steps)}
         if not torch.isfinite(rewards).all():
             self.iteration += 1
             return metrics | {"skipped": 1.0}
@@ -141,7 +154,7 @@ class CoGRPO:
                 metrics |= {"model/clip_fraction": sur.clip_fraction, "model/ratio_mean": sur.ratio_mean,
                             "model/kl": kl.item(), "model/loss": sur.loss.item()}
             if self.train_schedule:
-                lp_s = self.policy.log_prob(ro.actions)[:, steps]
+                lp_s = self.policies[str(T)].log_prob(ro.actions)[:, steps]
                 sur_s = clipped_surrogate(lp_s, ro.sched_logp[:, steps], adv, cfg.clip_eps)
                 loss = loss + sur_s.loss
                 metrics |= {"schedule/clip_fraction": sur_s.clip_fraction, "schedule/ratio_mean": sur_s.ratio_mean,
@@ -157,21 +170,29 @@ class CoGRPO:
                 metrics["model/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm).item()
                 self.opt_model.step()
             if self.train_schedule:
-                metrics["schedule/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm).item()
+                metrics["schedule/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.policies[str(T)].parameters(),
+                                                                               cfg.max_grad_norm).item()
                 self.opt_sched.step()
         self.model.eval()
         self.iteration += 1
         return metrics | {"skipped": float(skipped)} | self.schedule_metrics()
 
     def schedule_metrics(self) -> dict[str, float]:
-        """Every step's deterministic knob value and action std, e.g. schedule/step3/cfg."""
-        knobs, std = self.policy.deterministic_knobs(), self.policy.std().detach()
+        """Every step's deterministic knob value and action std, e.g. schedule/step3/cfg (main step count)
+        and schedule/T4/step3/cfg (an extra one)."""
         out = {}
-        for t in range(self.policy.steps):
-            for k, name in enumerate(KNOBS):
-                out[f"schedule/step{t + 1}/{name}"] = knobs[t, k].item()
-                out[f"schedule/step{t + 1}/{name}_std"] = std[t, k].item()
+        for T, policy in self.policies.items():
+            prefix = "schedule/" if policy is self.policy else f"schedule/T{T}/"
+            knobs, std = policy.deterministic_knobs(), policy.std().detach()
+            for t in range(policy.steps):
+                for k, name in enumerate(KNOBS):
+                    out[f"{prefix}step{t + 1}/{name}"] = knobs[t, k].item()
+                    out[f"{prefix}step{t + 1}/{name}_std"] = std[t, k].item()
         return out
+
+    def learned_schedules(self) -> dict[int, torch.Tensor]:
+        """The deterministic schedule of every trained step count, the main one first."""
+        return {p.steps: p.deterministic_knobs() for p in self.policies.values()}
 
     # ---- checkpoints ---------------------------------------------------------------------------------
     def save(self, folder: str | Path) -> None:
@@ -179,7 +200,7 @@ class CoGRPO:
         folder = Path(folder)
         self.model.save(folder / "model")
         save_file({k: v.contiguous() for k, v in self.ref.state_dict().items()}, str(folder / "ref.safetensors"))
-        tensors = {f"policy.{k}": v.contiguous() for k, v in self.policy.state_dict().items()}
+        tensors = {f"policy.{k}": v.contiguous() for k, v in self.policies.state_dict().items()}
         for name, opt in (("opt_model", self.opt_model), ("opt_sched", self.opt_sched)):
             if opt:
                 tensors |= _state_to_tensors(name, opt.state_dict())
@@ -191,7 +212,7 @@ class CoGRPO:
         self.model.load_state_dict(MDM.load(folder / "model").state_dict())
         self.ref.load_state_dict(load_file(str(folder / "ref.safetensors")))
         tensors = load_file(str(folder / "train_state.safetensors"))
-        self.policy.load_state_dict({k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")})
+        self.policies.load_state_dict({k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")})
         for name, opt in (("opt_model", self.opt_model), ("opt_sched", self.opt_sched)):
             if opt:
                 opt.load_state_dict(_tensors_to_state(name, tensors, opt.state_dict()))
