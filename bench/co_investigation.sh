@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Issue 3's investigation, one training at a time (2 cores): the three-mode ablation with 3 seeds; `co` with
-# one train key changed per variant at the same rollout budget (2 seeds, 8 steps); half the reward strict;
-# training at half the steps. Each line writes reports/<name>.{json,md}; rerun a line alone to redo it.
-# bench/summarize_investigation.py then gathers reports/co_investigation.md.
+# Issue 3's investigation, one training at a time (2 cores). Every run: the same base model and rollout
+# budget as the default (40 iterations × 16 prompts × 8 samples) unless its line says otherwise.
+#   1. the three-mode ablation, 3 seeds, step sweep 2/4/8/16
+#   2. `co` with one train key changed (schedule lr, σ, step fraction, group size), 2 seeds, 8 steps
+#   3. regression guards, `model` and `co`, 2 seeds: half of the reward strict; training at 4 steps beside 8
+#   4. training at half the steps: the same budget, then three times the budget
+# Each line writes reports/<name>.{json,md}; rerun a line alone to redo it. SKIP_ABLATION=1 skips 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A="python bench/ablation.py"
@@ -17,8 +20,8 @@ done
 # the compositional reward gives partial credit to a wrong count; make half of it strict (all facts, clean)
 $A --modes model co --seeds 0 1 --steps 4 8 --skip-base --out reports/co_mixed_reward \
    --train '{"rewards": [{"name": "compositional", "weight": 0.5}, {"name": "strict", "weight": 0.5}]}'
+$A --modes model co --seeds 0 1 --steps 4 8 --skip-base --train '{"extra_steps": [4]}' --out reports/co_extra_steps4
 $A --modes model co --seeds 0 --steps 2 4 8 --train-steps 4 --out reports/ablation_t4
-# three times the budget at half the steps: does the trend reach the base at full steps?
 $A --modes co model --seeds 0 --steps 4 8 --skip-base --train-steps 4 --train '{"iterations": 120}' \
    --out reports/ablation_t4_long
 python bench/summarize_investigation.py
