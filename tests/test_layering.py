@@ -32,3 +32,16 @@ def test_layers_point_downward():
         for f in (ROOT / layer).rglob("*.py"):
             bad = _imports(f) & forbidden
             assert not bad, f"{f.relative_to(ROOT)} imports {bad}"
+
+
+def test_every_library_module_imports_first_in_a_fresh_interpreter():
+    """No circular import hides behind a lucky import order: each module is imported first, with every
+    cogrpo module forgotten before (third-party modules stay loaded, for speed)."""
+    import subprocess
+    import sys
+
+    names = sorted(p.stem for p in (ROOT / "src/cogrpo").glob("*.py") if p.stem != "__init__")
+    code = (f"import importlib, sys\nfor n in {names!r}:\n"
+            "    for m in [m for m in sys.modules if m.startswith('cogrpo')]:\n        del sys.modules[m]\n"
+            "    importlib.import_module('cogrpo.' + n)\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -169,7 +169,7 @@ class Params(_Section):
     pretrain: PretrainConfig = PretrainConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     eval: EvalConfig = EvalConfig()
-    train: TrainConfig = TrainConfig()
+    train: TrainConfig = Field(default_factory=TrainConfig)  # lazy: its reward check imports cogrpo.rewards
     sweep: list[SweepSchedule] = Field(
         default_factory=list, description="Hand-set schedules the schedule-sweep stage evaluates beside the base."
     )
