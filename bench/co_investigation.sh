@@ -5,6 +5,9 @@
 #   2. `co` with one train key changed (schedule lr, σ, step fraction, group size), 2 seeds, 8 steps
 #   3. regression guards, `model` and `co`, 2 seeds: half of the reward strict; training at 4 steps beside 8
 #   4. training at half the steps: the same budget, then three times the budget
+#   5. the two knobs that helped `co` together, and `model` at the same step fraction
+# It ran with the defaults before this investigation: step_fraction 0.25, sigma_init 0.3, sigma_floor 0.05.
+# Rerun after the new defaults, pin those three with --train to reproduce it.
 # Each line writes reports/<name>.{json,md}; rerun a line alone to redo it. SKIP_ABLATION=1 skips 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,4 +27,8 @@ $A --modes model co --seeds 0 1 --steps 4 8 --skip-base --train '{"extra_steps":
 $A --modes model co --seeds 0 --steps 2 4 8 --train-steps 4 --out reports/ablation_t4
 $A --modes co model --seeds 0 --steps 4 8 --skip-base --train-steps 4 --train '{"iterations": 120}' \
    --out reports/ablation_t4_long
+# the two knobs that helped `co`, together, and `model` at the same step fraction (a fair comparison)
+$A --modes model --seeds 0 1 --steps 8 --skip-base --train '{"step_fraction": 0.5}' --out reports/co_step_frac_05_model
+$A --modes co --seeds 0 1 --steps 4 8 --skip-base --out reports/co_step_frac_05_sigma_015 \
+   --train '{"step_fraction": 0.5, "sigma_init": 0.15, "sigma_floor": 0.03}'
 python bench/summarize_investigation.py

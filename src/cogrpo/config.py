@@ -137,12 +137,13 @@ class TrainConfig(_Section):
         default_factory=list, description="Inference step counts trained beside schedule.steps, each with its own "
         "schedule policy; iterations cycle through [schedule.steps, *extra_steps]. Guards accuracy at those step "
         "counts (training at one step count alone lowers it at the others).")
-    step_fraction: float = Field(0.25, gt=0, le=1, description="Fraction of the T steps trained per inner epoch.")
+    step_fraction: float = Field(0.5, gt=0, le=1, description="Fraction of the T steps trained per inner epoch.")
     inner_epochs: int = Field(1, ge=1, description="Update passes over each rollout batch.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient-norm clip, per policy.")
     scale_by_std: bool = Field(True, description="Divide advantages by the group std (False: Dr. GRPO).")
-    sigma_init: float = Field(0.3, gt=0, description="Initial std of every schedule action.")
-    sigma_floor: float = Field(0.05, ge=0, description="Floor under the schedule policy's std.")
+    sigma_init: float = Field(0.15, gt=0, description="Initial std of every schedule action (in `co`, more "
+                              "schedule noise dilutes the model's credit: reports/co_investigation.md).")
+    sigma_floor: float = Field(0.03, ge=0, description="Floor under the schedule policy's std.")
     checkpoint_every: int = Field(10, ge=1, description="Iterations between resumable checkpoints.")
     sample_every: int = Field(20, ge=1, description="Iterations between sample grids logged to MLflow.")
     rewards: list[RewardTerm] = Field(default_factory=lambda: [RewardTerm(name="compositional")],
