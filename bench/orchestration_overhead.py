@@ -46,6 +46,7 @@ def direct(params, root: Path) -> None:
     for split in ("eval_heldout", "eval_seen"):
         evaluate_schedule.fn(params, base, tok, f"{prompts}/{split}.parquet", base_knobs(params.schedule).tolist())
     run_dir, out = str(root / "run"), str(root / "trained")
+    Path(run_dir).mkdir()
     cfg = params.train
     for it in range(open_session(params, run_dir, base, tok, f"{prompts}/train.parquet"), cfg.iterations):
         rollout = grouped_rollout.fn(run_dir)

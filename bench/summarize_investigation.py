@@ -44,7 +44,9 @@ def main() -> None:
         reward = f"{statistics.mean(rewards):.3f}" if rewards else "—"
         lines.append(f"| {name} | {len(runs)} | " + " | ".join(cell(runs, s, t) for _, s, t in COLUMNS)
                      + f" | {reward} |")
-    text = ("Mean over seeds (min–max). Equal rollout budget per run; `co` variants change one train key.\n\n"
+    text = ("Mean over seeds (min–max), same base model and rollout budget in every run. Each row changes the train\n"
+            "keys shown from the defaults in force then (step_fraction 0.25, sigma_init 0.3, sigma_floor 0.05;\n"
+            "the last row is today's default). Made by bench/co_investigation.sh.\n\n"
             + "\n".join(lines) + "\n")
     Path("reports/co_investigation.md").write_text(text)
     print(text)
