@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -16,7 +17,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 import mlflow  # noqa: E402
 import polars as pl  # noqa: E402
 import yaml  # noqa: E402
-from mlflow.entities import RunStatus  # noqa: E402
+from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunStatus  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 EXPERIMENT = "cogrpo"
@@ -109,8 +110,6 @@ def flatten(d: dict, prefix: str = "") -> dict[str, object]:
 
 
 def log_params(run_id: str, params: dict) -> None:
-    from mlflow.entities import Param
-
     items = [Param(k, str(v)[:6000]) for k, v in flatten(params).items()]
     client = MlflowClient()
     for i in range(0, len(items), 100):  # MLflow's batch limit
@@ -130,17 +129,18 @@ def log_prompt_set(run_id: str, path: str | Path, context: str) -> None:
     path = Path(path)
     df = pl.read_parquet(path).select("prompt", "tag")
     dataset = mlflow.data.from_polars(df, source=str(path), name=path.stem)
-    from mlflow.entities import DatasetInput, InputTag
-
     MlflowClient().log_inputs(run_id, [DatasetInput(dataset._to_mlflow_entity(),
                                                     [InputTag("mlflow.data.context", context)])])
 
 
 def log_metrics(run_id: str, metrics: dict, step: int | None = None, prefix: str = "") -> None:
+    """The numbers of a (nested) dict, in batches: one store transaction per 1,000, not one per metric."""
+    now = int(time.time() * 1000)
+    items = [Metric(k, float(v), now, step or 0) for k, v in flatten(metrics, prefix).items()
+             if isinstance(v, (int, float)) and not isinstance(v, bool)]
     client = MlflowClient()
-    for k, v in flatten(metrics, prefix).items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            client.log_metric(run_id, k, float(v), step=step or 0)
+    for i in range(0, len(items), 1000):  # MLflow's batch limit
+        client.log_batch(run_id, metrics=items[i:i + 1000])
 
 
 def log_image(run_id: str, image, name: str) -> None:
