@@ -1,7 +1,9 @@
 """Orchestration overhead: the same small pipeline through the `pipeline` Prefect flow (tasks, cache keys,
 result records, MLflow parent and nested runs) vs the same task bodies called directly, in one process.
 
-The flow runs with a fresh root each time, so nothing is cached; the Prefect server is started once before
+Both do the same compute: no sample grids (sample_every beyond the run), so the difference is Prefect
+(tasks, cache keys and records) and MLflow (runs, params, metrics, datasets, artifacts). The flow runs
+with a fresh root each time, so nothing is cached; the Prefect server is started once before
 timing (a user who schedules from the UI has one running) and its start-up is reported on its own. The two
 paths alternate, `--reps` times each, and the ratio is of the medians. Last, the first flow run is repeated
 unchanged: every stage comes back Cached, and that rerun's wall time is reported too.
@@ -28,12 +30,12 @@ from cogrpo.config import load_params, with_overrides  # noqa: E402
 from cogrpo.io import write_json  # noqa: E402
 from cogrpo.schedule import base_knobs, load_schedule  # noqa: E402
 
-SMALL = {"pretrain.steps": 200, "train.iterations": 10, "train.checkpoint_every": 5, "train.sample_every": 5,
+SMALL = {"pretrain.steps": 200, "train.iterations": 10, "train.checkpoint_every": 5, "train.sample_every": 100,
          "prompts.eval_per_tag": 12, "prompts.dpg_eval": 24}
 
 
 def direct(params, root: Path) -> None:
-    """Every stage's task body, called as a plain function, in the flow's order (no MLflow: no sample grids)."""
+    """Every stage's task body, called as a plain function, in the flow's order."""
     from tasks.data import train_tokenizer, write_prompt_sets
     from tasks.evaluate import evaluate_schedule
     from tasks.pretrain import pretrain_model
