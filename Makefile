@@ -2,9 +2,7 @@
 VENV := .venv
 STAMP := $(VENV)/.installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
-export HF_HUB_OFFLINE := 1
-export PREFECT_SERVER_ANALYTICS_ENABLED := false
-export MLFLOW_DISABLE_TELEMETRY := true
+# environment defaults (no hub downloads, no telemetry) are applied by every entry point: adapters/env.py
 
 .PHONY: run test bench clean
 

@@ -4,7 +4,7 @@ plus an inference-step sweep of base vs learned schedules.
 Needs the pipeline's base model (`dvc repro baseline` first). Each run is the real `co-grpo-train` Prefect
 flow with params.yaml's train section, only mode and seed changed; every run sees the same number of
 iterations × prompts × group size. A schedule learned at T steps is carried to other step counts by
-interpolating its residuals over decoding progress (cogrpo.schedule.transfer).
+interpolating its residuals over decoding progress (cogrpo.core.schedule.transfer).
 
 Writes reports/ablation.json and reports/ablation.md.
 Usage: python bench/ablation.py [--seeds 0 1] [--modes model schedule co] [--steps 2 4 8 16] [--train-steps T]
@@ -19,17 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-from pipelines import _stage  # noqa: E402,F401  (environment defaults)
-
-import torch  # noqa: E402
-
-from cogrpo.config import TrainConfig, load_params  # noqa: E402
-from cogrpo.io import write_json, write_text_atomic  # noqa: E402
-from cogrpo.schedule import base_knobs, load_schedule, transfer  # noqa: E402
-from flows.train import train  # noqa: E402
-from tasks.evaluate import evaluate_schedule  # noqa: E402
+from cogrpo.config import TrainConfig
+from cogrpo.core.schedule import load_schedule, resolve_schedule
+from cogrpo.io import write_json, write_text_atomic
+from cogrpo.validate import load_params
 
 SPLITS = {"heldout": "data/prompts/eval_heldout.parquet", "seen": "data/prompts/eval_seen.parquet"}
 
@@ -37,18 +32,18 @@ SPLITS = {"heldout": "data/prompts/eval_heldout.parquet", "seen": "data/prompts/
 def evaluate_at_steps(params, model_dir: str, learned: torch.Tensor | None, steps: list[int]) -> dict:
     """Base schedule (learned None) or learned: the one trained at T (schedule_T<T>.json) if any, else the
     main one carried to T."""
+    from cogrpo.benchmarks.geneval import summarize
+    from tasks.evaluate import run_eval
+
     out = {}
     for T in steps:
-        base_T = base_knobs(params.schedule.model_copy(update={"steps": T}))
         own = Path(model_dir) / f"schedule_T{T}.json"
-        if learned is None:
-            knobs = base_T
-        elif own.is_file():
-            knobs = load_schedule(own)
-        else:
-            knobs = transfer(learned, base_knobs(params.schedule), base_T)
+        schedule = None if learned is None else own if own.is_file() else Path(model_dir) / "schedule.json"
+        knobs = resolve_schedule(params.schedule, schedule, T)
         for split, path in SPLITS.items():
-            out[f"{split}@{T}"] = evaluate_schedule.fn(params, model_dir, "models/tokenizer", path, knobs.tolist())
+            rows, _ = run_eval(params, Path(model_dir), Path("models/tokenizer"), Path(path), knobs,
+                               lambda *a, **k: None, split)
+            out[f"{split}@{T}"] = summarize(rows)
     return out
 
 
@@ -83,6 +78,12 @@ def main() -> None:
     ap.add_argument("--out", default="reports/ablation")
     ap.add_argument("--skip-base", action="store_true", help="do not re-evaluate the base model")
     args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packages beside the library
+    from adapters.env import apply_defaults
+
+    apply_defaults()
+    from flows.train import train
+
     params = load_params()
     train_cfg = TrainConfig.model_validate(params.train.model_dump() | json.loads(args.train))
     params = params.model_copy(update={"train": train_cfg})
@@ -99,11 +100,13 @@ def main() -> None:
             name = f"{mode}-s{seed}"
             p = params.model_copy(update={"train": params.train.model_copy(update={"mode": mode, "seed": seed})})
             folder = Path("runs/ablation", Path(args.out).name, name)
-            run_dir, out_dir = str(folder / "run"), str(folder / "model")
+            run_dir, out_dir = folder / "run", folder / "model"
+            inputs = {"prompts": Path("data/prompts"), "tokenizer": Path("models/tokenizer"), "model": Path("models/base")}
+            run_dir.mkdir(parents=True, exist_ok=True)
+            out_dir.mkdir(parents=True, exist_ok=True)
             start = time.monotonic()
-            train(p, run_dir=run_dir, out_dir=out_dir)
+            history = train(p, inputs, out_dir, run_dir)["history"]
             wall = (time.monotonic() - start) / 60
-            history = [json.loads(x) for x in Path(run_dir, "history.jsonl").read_text().splitlines()]
             learned = load_schedule(Path(out_dir) / "schedule.json")
             report["runs"][name] = {"mode": mode, "seed": seed, "wall_minutes": wall,
                                     "train_reward_last5": sum(h["reward_mean"] for h in history[-5:]) / len(history[-5:]),

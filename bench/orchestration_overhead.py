@@ -1,5 +1,5 @@
-"""Orchestration overhead: the same small pipeline through the `pipeline` Prefect flow (tasks, cache keys,
-result records, MLflow parent and nested runs) vs the same task bodies called directly, in one process.
+"""Orchestration overhead: the same small pipeline through the `pipeline` Prefect flow (tasks, store keys and
+entries, MLflow parent and nested runs) vs the same stage work called directly, in one process.
 
 Both do the same compute: no sample grids (sample_every beyond the run), so the difference is Prefect
 (tasks, cache keys and records) and MLflow (runs, params, metrics, datasets, artifacts). The flow runs
@@ -20,45 +20,37 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import yaml
 
-from tasks import tracking  # noqa: E402  (first: environment defaults)
-
-import yaml  # noqa: E402
-
-from cogrpo.config import load_params, with_overrides  # noqa: E402
-from cogrpo.io import write_json  # noqa: E402
-from cogrpo.schedule import base_knobs, load_schedule  # noqa: E402
+from cogrpo.io import write_json
+from cogrpo.validate import load_params, with_overrides
 
 SMALL = {"pretrain.steps": 200, "train.iterations": 10, "train.checkpoint_every": 5, "train.sample_every": 100,
          "prompts.eval_per_tag": 12, "prompts.dpg_eval": 24}
 
 
 def direct(params, root: Path) -> None:
-    """Every stage's task body, called as a plain function, in the flow's order."""
-    from tasks.data import train_tokenizer, write_prompt_sets
-    from tasks.evaluate import evaluate_schedule
-    from tasks.pretrain import pretrain_model
-    from tasks.train import co_update, export_result, grouped_rollout, open_session, save_checkpoint, score_rewards
+    """Every stage's work called as a plain function, in the flow's order; the training loop without tasks."""
+    from flows.stages import STAGES
+    from tasks.context import StageContext
+    from tasks.train import TrainingSession
 
-    prompts, tok, base = str(root / "prompts"), str(root / "tokenizer"), str(root / "base")
-    write_prompt_sets.fn(params, prompts)
-    train_tokenizer.fn(params, prompts, tok)
-    pretrain_model.fn(params, prompts, tok, base, None)
-    for split in ("eval_heldout", "eval_seen"):
-        evaluate_schedule.fn(params, base, tok, f"{prompts}/{split}.parquet", base_knobs(params.schedule).tolist())
-    run_dir, out = str(root / "run"), str(root / "trained")
-    Path(run_dir).mkdir()
-    cfg = params.train
-    for it in range(open_session(params, run_dir, base, tok, f"{prompts}/train.parquet"), cfg.iterations):
-        rollout = grouped_rollout.fn(run_dir)
-        co_update.fn(run_dir, rollout, score_rewards.fn(params, run_dir, rollout))
-        if (it + 1) % cfg.checkpoint_every == 0:
-            save_checkpoint.fn(params, run_dir, base)
-    export_result.fn(run_dir, out)
-    learned = load_schedule(f"{out}/schedule.json").tolist()
-    for split in ("eval_heldout", "eval_seen"):
-        evaluate_schedule.fn(params, out, tok, f"{prompts}/{split}.parquet", learned)
+    outs: dict[str, Path] = {}
+    for stage in STAGES.values():
+        out = outs[stage.name] = root / stage.name
+        out.mkdir(parents=True)
+        inputs = {arg: outs[src] for arg, src in stage.inputs.items()}
+        if stage.name != "train":
+            stage.work(params, inputs, out, StageContext())
+            continue
+        session = TrainingSession(params, inputs, root / "state", print)
+        for it in range(session.iteration + 1, params.train.iterations + 1):
+            batch = session.draw_batch()
+            rollout = session.trainer.rollout(batch)
+            session.update(batch, rollout, session.score(batch, rollout))
+            if it % params.train.checkpoint_every == 0:
+                session.save_checkpoint()
+        session.export(out)
 
 
 def main() -> None:
@@ -66,8 +58,14 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--out", default="reports/orchestration_overhead.json")
     args = ap.parse_args()
-    from flows.pipeline import pipeline
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packages beside the library
+    from adapters.env import apply_defaults
+
+    apply_defaults()
     from prefect import flow
+
+    from adapters import tracking
+    from flows.pipeline import pipeline
 
     params = with_overrides(load_params(), SMALL)
     scratch = Path(tempfile.mkdtemp(prefix="overhead-", dir="runs"))

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from cogrpo.benchmark import image_grid  # noqa: E402
+from cogrpo.images import image_grid
 
 
 def first_prompt_per_tag(folder: Path) -> dict[str, list[np.ndarray]]:

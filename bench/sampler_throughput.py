@@ -17,9 +17,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from cogrpo.config import ModelConfig, ScheduleConfig
-from cogrpo.model import MDM, MDMConfig
-from cogrpo.sampler import sample
-from cogrpo.schedule import base_knobs
+from cogrpo.backbones.mdm import MDM, MDMConfig
+from cogrpo.core.sampler import sample
+from cogrpo.core.schedule import base_knobs
 
 
 def matmul_flops(n: int = 1024, repeats: int = 20) -> float:

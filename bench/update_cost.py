@@ -16,14 +16,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-
-from cogrpo.config import load_params  # noqa: E402
-from cogrpo.model import MDM, MDMConfig  # noqa: E402
-from cogrpo.schedule import base_knobs  # noqa: E402
-from cogrpo.train import CoGRPO  # noqa: E402
+from cogrpo.backbones.mdm import MDM, MDMConfig
+from cogrpo.core.batch import GroupedBatch
+from cogrpo.core.schedule import base_knobs
+from cogrpo.core.trainer import CoGRPO
+from cogrpo.validate import load_params
 
 
 def main() -> None:
@@ -46,14 +45,15 @@ def main() -> None:
     text = torch.randn(B, args.text_tokens, model.cfg.text_dim)
     mask = torch.ones(B, args.text_tokens, dtype=torch.bool)
     rewards = torch.rand(B * cfg.group_size)
-    trainer.update(trainer.rollout(text, mask, torch.arange(B)), text, mask, rewards)  # warm-up
+    batch = GroupedBatch(torch.arange(B), text, mask, cfg.group_size)
+    trainer.update(batch, trainer.rollout(batch), rewards)  # warm-up
     rollout_s = update_s = 0.0
     for _ in range(args.repeats):
         start = time.perf_counter()
-        ro = trainer.rollout(text, mask, torch.arange(B))
+        ro = trainer.rollout(batch)
         rollout_s += time.perf_counter() - start
         start = time.perf_counter()
-        trainer.update(ro, text, mask, rewards)
+        trainer.update(batch, ro, rewards)
         update_s += time.perf_counter() - start
     trained = max(1, math.ceil(cfg.step_fraction * T)) * cfg.inner_epochs
     per_rollout_step = rollout_s / args.repeats / T

@@ -1,155 +1,130 @@
-"""The whole experiment as one Prefect flow, `pipeline`, and the benchmark on its own, `benchmark`.
+"""The flows a user runs: the whole experiment (`pipeline`), one DVC stage (`stage`), one model's benchmark.
 
-prompt prep → tokenizer → pretrain → baseline eval → Co-GRPO (rollout → score → update, looped) → eval.
-Every stage is a task cached across runs by a content key (tasks/caching.py); its outputs live in
-<root>/<stage>/<key>, its Prefect result records in <root>/cache. Rerunning unchanged params shows every
-stage Cached; changing one param reruns only the stages whose key it enters. One MLflow parent run per
-execution, a nested run per stage. This is the Prefect-native twin of `dvc repro`, which caches the same
-stages at DVC stage granularity in the workspace folders.
+`pipeline`: every stage of flows/stages.py in order — prompt prep → tokenizer → pretrain → baseline eval →
+schedule sweep → Co-GRPO (rollout → score → update, looped) → eval — each through the store, so an unchanged
+rerun is all `Cached` and a changed param reruns only the stages whose key it enters. One MLflow parent run
+per execution with a nested run per stage.
 
-From the shell: `python -m pipelines.pipeline --mode model --seed 1 --set train.lr_schedule=0.3`.
+`stage`: what `dvc repro` runs for one stage (`python -m pipelines.stage NAME`): the same stage task on the
+workspace's input folders, then its output copied from the store to the workspace path DVC tracks and its
+metrics files written. Both ways share the store, so neither recomputes what the other did.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+import base64
 from pathlib import Path
 from typing import Any, Literal
 
 from prefect import flow
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
-from cogrpo.config import Params, load_params, with_overrides
-from cogrpo.schedule import base_knobs, load_schedule, transfer
-from tasks import tracking
-from tasks.caching import ContentKey, cached
-from tasks.data import write_prompt_sets, train_tokenizer
-from tasks.evaluate import evaluate_schedule
-from tasks.pretrain import pretrain_model
-from tasks.train import TRAINING_CODE, train_model
+from adapters import tracking
+from adapters.progress import run_logger
+from adapters.store import materialize
+from cogrpo.config import Params
+from cogrpo.core.schedule import KNOBS, load_schedule, resolve_schedule
+from cogrpo.io import write_text_atomic
+from cogrpo.validate import load_params, with_overrides
+from flows.stages import STAGES, Stage, StageRun, stage_task, track
 
 Mode = Literal["co", "model", "schedule"]
 
-KEYS = {
-    "prompts": ContentKey(stage="prompts", sections=("world", "prompts"),
-                          modules=("tasks.data", "cogrpo.prompts", "cogrpo.scenes", "cogrpo.spec", "cogrpo.io")),
-    "tokenizer": ContentKey(stage="tokenizer", sections=("world", "tokenizer"), files=("prompts_dir",),
-                            modules=("tasks.data", "cogrpo.tokenizer", "cogrpo.scenes", "cogrpo.benchmark")),
-    "pretrain": ContentKey(stage="pretrain", sections=("world", "model", "pretrain"),
-                           files=("prompts_dir", "tokenizer_dir"),
-                           modules=("tasks.pretrain", "cogrpo.pretrain", "cogrpo.model", "cogrpo.text")),
-    "evaluate": ContentKey(stage="evaluate", sections=("world", "eval"), values=("knobs",),
-                           files=("model_dir", "tokenizer_dir", "prompts_file"),
-                           modules=("tasks.evaluate", "cogrpo.benchmark", "cogrpo.sampler", "cogrpo.model",
-                                    "cogrpo.checker", "cogrpo.spec")),
-    "train": ContentKey(stage="train", sections=("world", "schedule", "train"),
-                        files=("base_model_dir", "tokenizer_dir", "prompts_file"),
-                        modules=("tasks.train",) + tuple(m.__name__ for m in TRAINING_CODE)),
-}
 
-
-def _params(params_file: str, mode: Mode | None, steps: int | None, seed: int | None,
-            overrides: dict[str, Any] | None) -> Params:
+def resolve_params(params_file: str, mode: Mode | None = None, steps: int | None = None, seed: int | None = None,
+                   overrides: dict[str, Any] | None = None) -> Params:
     named = {"train.mode": mode, "schedule.steps": steps, "train.seed": seed}
     return with_overrides(load_params(params_file), {k: v for k, v in named.items() if v is not None}
                           | (overrides or {}))
 
 
-def _stage(task, key: ContentKey, root: str, outputs: dict[str, str], **inputs) -> tuple[Any, dict]:
-    """Run `task` cached by `key`; its outputs (argument → sub-path) go under <root>/<stage>/<key>."""
-    k = key.key_for(inputs)
-    paths = {arg: str(Path(root) / key.stage / k / sub) for arg, sub in outputs.items()}
-    state = cached(task, key, root, all(Path(p).exists() for p in paths.values()))(
-        **inputs, **paths, return_state=True)
-    return state.result(), {"key": k, "cached": state.name == "Cached"} | paths
-
-
-@contextlib.contextmanager
-def _child(name: str, parent: str, params: Params, sections: tuple[str, ...]) -> Iterator[str]:
-    """A nested MLflow run for one stage, FAILED if the stage raises."""
-    run = tracking.start_run(name, {"stage": name, "mode": params.train.mode}, parent_id=parent)
+def _run_stage(stage: Stage, params: Params, inputs: dict[str, Path], root: str, parent: str | None) -> StageRun:
+    """One stage in its own MLflow run: the stage task, then what it made logged."""
     dumped = params.model_dump()
-    tracking.log_params(run, {s: dumped[s] for s in sections})
-    try:
-        yield run
-    except BaseException:
-        tracking.end_run(run, failed=True)
-        raise
-    tracking.end_run(run)
+    with tracking.run(stage.name, {"stage": stage.name, "mode": params.train.mode}, parent_id=parent,
+                      params={s: dumped[s] for s in stage.params}) as run_id:
+        run = stage_task(stage.name, params, inputs, root, run_id, return_state=True).result()
+        prompts = inputs.get("prompts", run.out if stage.name == "prompts" else None)
+        track(stage, run_id, run, params, prompts)
+    return run
 
 
-def _note(run: str, info: dict, metrics: dict | None = None) -> None:
-    tracking.set_tags(run, {"cache_key": info["key"], "cached": str(info["cached"]).lower()})
-    tracking.log_metrics(run, metrics or {})
-
-
-def _evaluate_both(params: Params, root: str, model_dir: str, tok: str, prompts: str, knobs: list) -> tuple:
-    """Held-out (with GenEval's folder layout) and seen prompt sets under one schedule."""
-    held, info = _stage(evaluate_schedule, KEYS["evaluate"], root, {"out_dir": ""}, params=params,
-                        model_dir=model_dir, tokenizer_dir=tok, prompts_file=f"{prompts}/eval_heldout.parquet",
-                        knobs=knobs)
-    seen, _ = _stage(evaluate_schedule, KEYS["evaluate"], root, {}, params=params, model_dir=model_dir,
-                     tokenizer_dir=tok, prompts_file=f"{prompts}/eval_seen.parquet", knobs=knobs)
-    return {"heldout": held, "seen": seen}, info
+def _results_artifact(runs: dict[str, StageRun]) -> None:
+    """The flow run ends with its results where the user looks: a table artifact and a log line."""
+    rows = []
+    for name in ("baseline", "evaluate"):
+        if name in runs:
+            for split, summary in runs[name].result.items():
+                rows += [{"stage": name, "prompts": split, "metric": f"geneval.{k}", "value": round(v, 4)}
+                         for k, v in summary["geneval"].items()]
+                rows.append({"stage": name, "prompts": split, "metric": "dpg.score",
+                             "value": round(summary["dpg"]["score"], 4)})
+    if rows:
+        create_table_artifact(rows, key="results", description="GenEval-style and DPG-style scores per stage")
+    if "train" in runs:
+        learned = load_schedule(runs["train"].out / "schedule.json")
+        table = "| step | " + " | ".join(KNOBS) + " |\n|" + "---|" * (len(KNOBS) + 1) + "\n"
+        table += "".join(f"| {t + 1} | " + " | ".join(f"{v:.3f}" for v in row) + " |\n"
+                         for t, row in enumerate(learned.tolist()))
+        create_markdown_artifact(f"## Learned schedule\n\n{table}\nModel and schedule: `{runs['train'].out}`",
+                                 key="learned-schedule")
+    for name in ("baseline", "evaluate"):
+        grid = runs[name].out / "grid.png" if name in runs else None
+        if grid and grid.is_file():  # small (≈10 KB): inline, so the UI shows it without a file server
+            data = base64.b64encode(grid.read_bytes()).decode()
+            create_markdown_artifact(f"## Samples: {name}\n\nTwo held-out prompts per tag, each row one prompt's "
+                                     f"samples.\n\n![{name} samples](data:image/png;base64,{data})",
+                                     key=f"samples-{name}")
+    lines = [f"{r['stage']} {r['prompts']} {r['metric']} {r['value']}" for r in rows if r["metric"].endswith("overall")]
+    run_logger().info("results: " + "; ".join(lines) + "; outputs under " + str(Path(next(iter(runs.values())).entry).parents[1]))
 
 
 @flow(name="pipeline")
 def pipeline(params_file: str = "params.yaml", mode: Mode | None = None, steps: int | None = None,
-             seed: int | None = None, overrides: dict[str, Any] | None = None,
-             root: str = "runs/pipeline") -> dict:
-    """Run (or find cached) every stage. mode, steps (inference steps) and seed override params_file;
+             seed: int | None = None, overrides: dict[str, Any] | None = None, root: str = "runs") -> dict:
+    """Run (or find in the store) every stage. mode, steps (inference steps) and seed override params_file;
     `overrides` sets any other key, dotted: {"train.lr_schedule": 0.3}."""
-    params = _params(params_file, mode, steps, seed, overrides)
+    params = resolve_params(params_file, mode, steps, seed, overrides)
     tracking.setup()
     tracking.fail_dead_runs()
-    parent = tracking.start_run("pipeline", {"mode": params.train.mode, "prefect_flow_run": str(flow_run.id)})
-    tracking.log_params(parent, params.model_dump())
-    tracking.log_schedule(parent, base_knobs(params.schedule).tolist(), "schedule.initial")
-    stages: dict[str, dict] = {}
-    try:
-        with _child("prompts", parent, params, KEYS["prompts"].sections) as run:
-            split, stages["prompts"] = _stage(write_prompt_sets, KEYS["prompts"], root, {"out_dir": ""}, params=params)
-            _note(run, stages["prompts"], split)
-            prompts = stages["prompts"]["out_dir"]
-            for name in ("train", "eval_heldout", "eval_seen"):
-                tracking.log_prompt_set(run, f"{prompts}/{name}.parquet", name)
-        with _child("tokenizer", parent, params, KEYS["tokenizer"].sections) as run:
-            report, stages["tokenizer"] = _stage(train_tokenizer, KEYS["tokenizer"], root, {"out_dir": ""},
-                                                 params=params, prompts_dir=prompts)
-            _note(run, stages["tokenizer"], report)
-            tok = stages["tokenizer"]["out_dir"]
-        with _child("pretrain", parent, params, KEYS["pretrain"].sections) as run:
-            history, stages["pretrain"] = _stage(pretrain_model, KEYS["pretrain"], root, {"out_dir": ""},
-                                                 params=params, prompts_dir=prompts, tokenizer_dir=tok, run_id=run)
-            _note(run, stages["pretrain"], {"final_loss": history[-1]["loss"]} if history else {})
-            base = stages["pretrain"]["out_dir"]
-        with _child("baseline", parent, params, ("schedule", "eval")) as run:
-            baseline, stages["baseline"] = _evaluate_both(params, root, base, tok, prompts,
-                                                          base_knobs(params.schedule).tolist())
-            _note(run, stages["baseline"], baseline)
-        with _child("train", parent, params, ("schedule", "train")) as run:
-            trained, stages["train"] = _stage(train_model, KEYS["train"], root, {"run_dir": "run", "out_dir": "model"},
-                                              params=params, base_model_dir=base, tokenizer_dir=tok,
-                                              prompts_file=f"{prompts}/train.parquet", mlflow_run_id=run)
-            _note(run, stages["train"])
-            tracking.log_prompt_set(run, f"{prompts}/train.parquet", "train")
-            tracking.log_artifacts(run, trained, "trained")
-            tracking.log_artifacts(run, Path(stages["train"]["run_dir"]) / "checkpoint", "checkpoint")
-            learned = load_schedule(Path(trained) / "schedule.json").tolist()
-            tracking.log_schedule(run, learned, "schedule.learned")
-            tracking.log_schedule(parent, learned, "schedule.learned")
-        with _child("evaluate", parent, params, ("schedule", "eval")) as run:
-            final, stages["evaluate"] = _evaluate_both(params, root, trained, tok, prompts, learned)
-            _note(run, stages["evaluate"], final)
-    except BaseException:
-        tracking.end_run(parent, failed=True)
-        raise
-    tracking.set_tags(parent, {f"key.{name}": info["key"] for name, info in stages.items()})
-    tracking.log_metrics(parent, {"baseline": baseline, "eval": final})
-    tracking.end_run(parent)
-    return {"baseline": baseline, "eval": final, "stages": stages, "mlflow_run_id": parent,
-            "prefect_flow_run": str(flow_run.id)}
+    runs: dict[str, StageRun] = {}
+    with tracking.run("pipeline", {"mode": params.train.mode, "prefect_flow_run": str(flow_run.id)},
+                      params=params.model_dump()) as parent:
+        for stage in STAGES.values():
+            inputs = {arg: runs[src].out for arg, src in stage.inputs.items()}
+            runs[stage.name] = _run_stage(stage, params, inputs, root, parent)
+        tracking.set_tags(parent, {f"key.{name}": run.key for name, run in runs.items()})
+        tracking.log_metrics(parent, {"baseline": runs["baseline"].result, "eval": runs["evaluate"].result})
+        tracking.log_schedule(parent, resolve_schedule(params.schedule).tolist(), "schedule.initial")
+        tracking.log_schedule(parent, resolve_schedule(params.schedule, runs["train"].out / "schedule.json").tolist(),
+                              "schedule.learned")
+    _results_artifact(runs)
+    return {"baseline": runs["baseline"].result, "eval": runs["evaluate"].result, "mlflow_run_id": parent,
+            "prefect_flow_run": str(flow_run.id), "stages": {name: {"key": r.key, "cached": r.cached, "out": str(r.out)}
+                                                               for name, r in runs.items()}}
+
+
+@flow(name="stage", flow_run_name="stage-{name}")
+def stage(name: str, params_file: str = "params.yaml", root: str = "runs") -> dict:
+    """One DVC stage in the workspace: inputs from the upstream stages' workspace folders, the output copied to
+    the stage's workspace folder, its metrics files written (all after the stage succeeded)."""
+    params = load_params(params_file)
+    spec = STAGES[name]
+    inputs = {arg: Path(STAGES[src].out) for arg, src in spec.inputs.items()}
+    for path in inputs.values():
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: input of stage '{name}' not found (run `dvc repro {name}`)")
+    tracking.setup()
+    tracking.fail_dead_runs()
+    run = _run_stage(spec, params, inputs, root, None)
+    if spec.out:
+        materialize(run.out, Path(spec.out))
+    for path, view in spec.metrics.items():
+        write_text_atomic(path, view(run.result, run.out))
+    if name in ("baseline", "evaluate"):
+        _results_artifact({name: run})
+    return run.result
 
 
 @flow(name="benchmark")
@@ -157,12 +132,20 @@ def benchmark(model_dir: str = "models/trained", schedule_file: str | None = "mo
               prompts_file: str = "data/prompts/eval_heldout.parquet", tokenizer_dir: str = "models/tokenizer",
               steps: int | None = None, params_file: str = "params.yaml",
               overrides: dict[str, Any] | None = None) -> dict:
-    """GenEval-style benchmark of one model: under schedule_file (carried to `steps` when they differ) or,
-    without one, the base schedule of params at `steps`."""
-    params = _params(params_file, None, steps, None, overrides)
-    knobs = base_knobs(params.schedule)
-    if schedule_file:
-        learned = load_schedule(schedule_file)
-        own = base_knobs(params.schedule.model_copy(update={"steps": len(learned)}))
-        knobs = learned if len(learned) == len(knobs) else transfer(learned, own, knobs)
-    return evaluate_schedule(params, model_dir, tokenizer_dir, prompts_file, knobs.tolist())
+    """GenEval-style benchmark of one model: under schedule_file (carried to `steps` when they differ) or, without
+    one, the base schedule of params at `steps`. Ends with the scores as a table artifact and a log line."""
+    from adapters.progress import Reporter
+    from cogrpo.benchmarks.geneval import summarize
+    from tasks.evaluate import run_eval
+
+    params = resolve_params(params_file, steps=steps, overrides=overrides)
+    knobs = resolve_schedule(params.schedule, schedule_file)
+    rows, _ = run_eval(params, Path(model_dir), Path(tokenizer_dir), Path(prompts_file), knobs, Reporter(),
+                       f"benchmark {Path(prompts_file).stem}")
+    summary = summarize(rows) | {"steps": len(knobs)}
+    table = [{"metric": f"geneval.{k}", "value": round(v, 4)} for k, v in summary["geneval"].items()]
+    create_table_artifact(table + [{"metric": "dpg.score", "value": round(summary["dpg"]["score"], 4)}],
+                          key="benchmark", description=f"{model_dir} at {len(knobs)} steps on {prompts_file}")
+    run_logger().info(f"benchmark {model_dir} at {len(knobs)} steps on {prompts_file}: "
+                      f"geneval overall {summary['geneval']['overall']:.4f}, dpg {summary['dpg']['score']:.4f}")
+    return summary

@@ -1,17 +1,49 @@
-"""Flow of the Co-GRPO training stage: iterations of rollout → score → update, checkpointed and resumable."""
+"""The Co-GRPO training loop as one flow: rollout → score → update, iteration after iteration.
+
+The loop reads top to bottom here, over a `TrainingSession` (tasks/train.py) that owns the trainer, the text
+encoder, the reward function and the prompts; each step of an iteration is a Prefect task, so the UI shows
+every iteration. Checkpoints (every `train.checkpoint_every` iterations and at the end) are the only writes
+before the export; a rerun resumes from the newest good one and replays the same seeds, bit for bit.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from PIL import Image
 from prefect import flow
 
+from adapters import tracking
+from adapters.progress import Reporter, run_logger
 from cogrpo.config import Params
-from tasks.train import train_model
+from cogrpo.io import exclusive
+from tasks.context import StageContext
+from tasks.train import TrainingSession, co_update, grouped_rollout, save_checkpoint, score_rewards
+
+
+def train_stage(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
+    """The train stage's work (flows/stages.py): the flow below, in the stage's state folder."""
+    return train(params, inputs, out, ctx.state_dir, ctx.mlflow_run_id)
 
 
 @flow(name="co-grpo-train")
-def train(params: Params, run_dir: str = "runs/train", out_dir: str = "models/trained",
-          base_model_dir: str = "models/base", tokenizer_dir: str = "models/tokenizer",
-          prompts_file: str = "data/prompts/train.parquet",
-          mlflow_run_id: str | None = None) -> str:
-    """Train from the base model, or resume from <run_dir>/checkpoint; export model + schedule to out_dir."""
-    return train_model(params, run_dir, out_dir, base_model_dir, tokenizer_dir, prompts_file, mlflow_run_id)
+def train(params: Params, inputs: dict[str, Path], out: Path, state_dir: Path, run_id: str | None = None) -> dict:
+    """Train from inputs["model"] (or resume from state_dir), export the model and its learned schedule to out."""
+    cfg, report = params.train, Reporter()  # the iteration metrics go to MLflow below, all of them
+    with exclusive(state_dir):
+        session = TrainingSession(params, inputs, state_dir, warn=run_logger().warning)
+        if run_id:
+            tracking.claim_training(run_id, state_dir, session.resumed_at)
+        for it in range(session.iteration + 1, cfg.iterations + 1):
+            batch = session.draw_batch()
+            rollout = grouped_rollout.with_options(task_run_name=f"rollout-{it}")(session, batch)
+            scores = score_rewards.with_options(task_run_name=f"score-{it}")(session, batch, rollout)
+            metrics = co_update.with_options(task_run_name=f"update-{it}")(session, batch, rollout, scores)
+            if run_id:
+                tracking.log_metrics(run_id, metrics, step=it)
+            report(f"co-grpo [{cfg.mode}] iterations", it, cfg.iterations, reward_mean=metrics["reward_mean"])
+            if run_id and it % cfg.sample_every == 0:
+                tracking.log_image(run_id, Image.fromarray(session.sample_grid()), f"samples/iter_{it:04d}.png")
+            if it % cfg.checkpoint_every == 0 or it == cfg.iterations:
+                save_checkpoint.with_options(task_run_name=f"checkpoint-{it}")(session)
+        return session.export(out)

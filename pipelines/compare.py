@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tasks import tracking  # first: environment defaults
+import polars as pl
 
-import polars as pl  # noqa: E402
+from adapters.env import apply_defaults
 
 DEFAULT_METRICS = ["eval.heldout.geneval.overall", "eval.seen.geneval.overall", "eval.heldout.dpg.score"]
 DEFAULT_PARAMS = ["train.mode", "train.seed", "train.iterations", "train.lr_schedule", "train.sigma_init",
@@ -25,6 +25,8 @@ DEFAULT_PARAMS = ["train.mode", "train.seed", "train.iterations", "train.lr_sche
 
 def runs_table(filter_string: str, params: list[str], metrics: list[str]) -> pl.DataFrame:
     from mlflow.tracking import MlflowClient
+
+    from adapters import tracking
 
     client = MlflowClient()
     exp = client.get_experiment_by_name(tracking.EXPERIMENT)
@@ -73,6 +75,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--plot", default="reports/compare.png")
     args = ap.parse_args(argv)
     params = args.params + ([args.by] if args.by not in args.params else [])
+    apply_defaults()
+    from adapters import tracking
+
     tracking.setup()
     table = runs_table(args.filter, params, args.metrics)
     if table.is_empty():

@@ -1,22 +1,19 @@
-"""Command line of the `pipeline` Prefect flow (flows/pipeline.py): every stage, cached across runs.
+"""Command line of the `pipeline` Prefect flow (flows/pipeline.py): every stage, through the shared store.
 
     python -m pipelines.pipeline [--params params.yaml] [--mode co|model|schedule] [--steps T] [--seed S]
-                                 [--set train.lr_schedule=0.3 ...] [--root runs/pipeline]
+                                 [--set train.lr_schedule=0.3 ...] [--root runs]
 """
 
 import argparse
 import json
-import sys
 
 import yaml
 
-from tasks import tracking  # noqa: F401  (first: environment defaults)
-
-from cogrpo.errors import InputError  # noqa: E402
-from pipelines._stage import one_line_input_errors  # noqa: E402
+from cogrpo.errors import InputError
+from pipelines.cli import run_main
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--mode", choices=["co", "model", "schedule"])
@@ -24,23 +21,24 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, help="training seed (train.seed)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a params key, the value read as YAML; repeatable")
-    ap.add_argument("--root", default="runs/pipeline", help="outputs and cache records of every stage")
+    ap.add_argument("--root", default="runs", help="the store and training folders (shared with dvc repro)")
     args = ap.parse_args(argv)
-    one_line_input_errors()
-    try:
+
+    def body():
         overrides = {}
         for item in args.set:
             key, sep, value = item.partition("=")
             if not sep:
                 raise InputError(f"--set {item}: expected KEY=VALUE")
             overrides[key] = yaml.safe_load(value)
-        from flows.pipeline import pipeline
+        from flows.pipeline import pipeline, resolve_params
 
+        resolve_params(args.params, args.mode, args.steps, args.seed, overrides)  # bad input: one line, in a second
         result = pipeline(args.params, args.mode, args.steps, args.seed, overrides, args.root)
-    except (InputError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    print(json.dumps({k: result[k]["heldout"]["geneval"]["overall"] for k in ("baseline", "eval")}))
+        print(json.dumps({k: result[k]["heldout"]["geneval"]["overall"] for k in ("baseline", "eval")}))
+        return result
+
+    return run_main(body)
 
 
 if __name__ == "__main__":

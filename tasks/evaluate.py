@@ -1,22 +1,25 @@
-"""Task of the evaluation stages: generate for a prompt set under a schedule, check, write GenEval's layout."""
+"""The evaluation stages' work: generate for the eval prompt sets under a schedule, check, write GenEval's layout."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
-from prefect import task
 
-from cogrpo.benchmark import evaluate, image_grid, summarize
-from cogrpo.checker import Checker
-from cogrpo.config import Params
-from cogrpo.io import atomic_dir, read_specs
-from cogrpo.model import MDM
-from cogrpo.scenes import World
-from cogrpo.text import TextEncoder
-from cogrpo.tokenizer import Tokenizer
+from cogrpo.backbones.mdm import MDM
+from cogrpo.backbones.text import TextEncoder
+from cogrpo.benchmarks.geneval import evaluate, summarize
+from cogrpo.config import Params, ScheduleConfig
+from cogrpo.core.schedule import base_knobs, resolve_schedule
+from cogrpo.images import image_grid
+from cogrpo.io import read_specs
+from cogrpo.world.checker import Checker
+from cogrpo.world.scenes import World
+from cogrpo.world.tokenizer import Tokenizer
+from tasks.context import StageContext
 
 
 def _grid_rows(rows: list[dict], per_tag: int = 2) -> list[int]:
@@ -30,28 +33,54 @@ def _grid_rows(rows: list[dict], per_tag: int = 2) -> list[int]:
     return [i for i, r in enumerate(rows) if r["filename"].split("/")[0] in keep]
 
 
-@task
-def evaluate_schedule(params: Params, model_dir: str, tokenizer_dir: str, prompts_file: str, knobs: list[list[float]],
-                      out_dir: str | None = None) -> dict:
-    """Summary of one evaluation; with out_dir, also GenEval's layout there: <i>/samples/<j>.png,
-    <i>/metadata.jsonl, results.jsonl (one row per image) and grid.png (two prompts per tag × samples)."""
+def run_eval(params: Params, model_dir: Path, tokenizer_dir: Path, prompts_file: Path, knobs: torch.Tensor,
+             report, label: str) -> tuple[list[dict], np.ndarray]:
+    """Results rows (GenEval's, one per image) and the decoded images of one prompt set under one schedule."""
     torch.set_num_threads(params.pretrain.threads)
     specs = read_specs(prompts_file)
     model, tokenizer = MDM.load(model_dir), Tokenizer.load(tokenizer_dir)
     text = TextEncoder(model.cfg.text_encoder, model.cfg.max_text_tokens)
     cfg = params.eval
-    rows, images = evaluate(model, text, tokenizer, Checker(World(params.world)), specs, torch.tensor(knobs),
-                            cfg.samples_per_prompt, cfg.seed, cfg.batch_prompts, progress=True)
-    summary = summarize(rows)
-    if out_dir:
-        with atomic_dir(out_dir) as tmp:
-            for row, img in zip(rows, images):
-                path = tmp / row["filename"]
-                if not path.parent.exists():
-                    path.parent.mkdir(parents=True)
-                    (path.parent.parent / "metadata.jsonl").write_text(row["metadata"] + "\n")
-                Image.fromarray(img).save(path)
-            (tmp / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-            grid = image_grid(images[_grid_rows(rows)], cols=2 * cfg.samples_per_prompt)
-            Image.fromarray(np.kron(grid, np.ones((2, 2, 1), np.uint8))).save(tmp / "grid.png")
-    return summary
+    return evaluate(model, text, tokenizer, Checker(World(params.world)), specs, knobs, cfg.samples_per_prompt,
+                    cfg.seed, cfg.batch_prompts, on_batch=lambda done, total: report(label, done, total))
+
+
+def write_geneval_layout(out: Path, rows: list[dict], images: np.ndarray, samples_per_prompt: int) -> None:
+    """<i>/samples/<j>.png, <i>/metadata.jsonl, results.jsonl (one row per image), grid.png (two prompts per tag)."""
+    for row, img in zip(rows, images):
+        path = out / row["filename"]
+        if not path.parent.exists():
+            path.parent.mkdir(parents=True)
+            (path.parent.parent / "metadata.jsonl").write_text(row["metadata"] + "\n")
+        Image.fromarray(img).save(path)
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    grid = image_grid(images[_grid_rows(rows)], cols=2 * samples_per_prompt)
+    Image.fromarray(np.kron(grid, np.ones((2, 2, 1), np.uint8))).save(out / "grid.png")
+
+
+def evaluate_model(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
+    """The model under its own schedule (the model folder's schedule.json, carried to schedule.steps) or, without
+    one, the base schedule: held-out prompts in GenEval's layout → out, seen prompts scored only."""
+    model, steps = inputs["model"], params.schedule.steps
+    own = model / "schedule.json"
+    knobs = resolve_schedule(params.schedule, own if own.is_file() else None)
+    rows, images = run_eval(params, model, inputs["tokenizer"], inputs["prompts"] / "eval_heldout.parquet", knobs,
+                            ctx.report, "held-out prompts")
+    write_geneval_layout(out, rows, images, params.eval.samples_per_prompt)
+    seen, _ = run_eval(params, model, inputs["tokenizer"], inputs["prompts"] / "eval_seen.parquet", knobs, ctx.report,
+                       "seen prompts")
+    return {"heldout": summarize(rows) | {"steps": steps}, "seen": summarize(seen) | {"steps": steps}}
+
+
+def schedule_sweep(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
+    """The base schedule and every hand-set schedule of params.sweep on the held-out prompts: the spread of
+    accuracy across schedules is the evidence that the knobs matter."""
+    schedules: dict[str, ScheduleConfig] = {"base": params.schedule} | {s.name: s.apply(params.schedule)
+                                                                          for s in params.sweep}
+    results = {}
+    for name, cfg in schedules.items():
+        rows, _ = run_eval(params, inputs["model"], inputs["tokenizer"], inputs["prompts"] / "eval_heldout.parquet",
+                           base_knobs(cfg), ctx.report, f"schedule {name}")
+        results[name] = summarize(rows)
+    overall = [r["geneval"]["overall"] for r in results.values()]
+    return {"schedules": results, "spread": max(overall) - min(overall)}

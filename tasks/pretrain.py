@@ -1,38 +1,36 @@
-"""Task of the pretraining stage: masked-token pretraining of the MDM."""
+"""The pretraining stage's work: masked-token pretraining of the embedded MDM."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from prefect import task
-
+from cogrpo.backbones.pretrain import build_model, make_pool, pretrain
+from cogrpo.backbones.text import TextEncoder
 from cogrpo.config import Params
-from cogrpo.io import atomic_dir, read_specs
-from cogrpo.pretrain import build_model, make_pool, pretrain
-from cogrpo.prompts import HeldOut
-from cogrpo.scenes import World
-from cogrpo.text import TextEncoder
-from cogrpo.tokenizer import Tokenizer
-from tasks import tracking
+from cogrpo.io import read_specs
+from cogrpo.world.prompts import HeldOut
+from cogrpo.world.scenes import World
+from cogrpo.world.tokenizer import Tokenizer
+from tasks.context import StageContext
 
 
-@task
-def pretrain_model(params: Params, prompts_dir: str, tokenizer_dir: str, out_dir: str, run_id: str | None) -> list[dict]:
-    """Pretrain on training prompts with scenes that avoid held-out colour–shape pairs; save to out_dir."""
+def pretrain_model(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
+    """Pretrain on training prompts with scenes that avoid held-out colour–shape pairs; the model → out.
+    Returns the final loss and the loss curve (wall-clock time goes to the progress report only: the result
+    must be the same bytes on every run)."""
     world, cfg = World(params.world), params.pretrain
-    specs = read_specs(Path(prompts_dir) / "train.parquet")
-    held = HeldOut.from_json((Path(prompts_dir) / "heldout.json").read_text())
-    tokenizer = Tokenizer.load(tokenizer_dir)
+    specs = read_specs(inputs["prompts"] / "train.parquet")
+    held = HeldOut.from_json((inputs["prompts"] / "heldout.json").read_text())
+    tokenizer = Tokenizer.load(inputs["tokenizer"])
     text = TextEncoder(params.model.text_encoder, params.model.max_text_tokens)
     states = text.encode([s["prompt"] for s in specs])
-    pool = make_pool(world, tokenizer, specs, cfg.pool_size, cfg.seed, held.allows_pair, progress=True)
+    pool = make_pool(world, tokenizer, specs, cfg.pool_size, cfg.seed, held.allows_pair, progress=False)
     model = build_model(params.model, tokenizer, text, cfg.seed)
 
     def on_log(step: int, record: dict) -> None:
-        if run_id:
-            tracking.log_metrics(run_id, {"loss": record["loss"], "lr": record["lr"]}, step=step)
+        ctx.report("pretraining", step, cfg.steps, loss=record["loss"], lr=record["lr"], minutes=record["minutes"])
 
-    history = pretrain(model, states, pool, cfg, on_log=on_log)
-    with atomic_dir(out_dir) as tmp:
-        model.save(tmp)
-    return history
+    history = [{k: h[k] for k in ("step", "loss", "lr")}
+               for h in pretrain(model, states, pool, cfg, on_log=on_log, progress=False)]
+    model.save(out)
+    return {"final_loss": history[-1]["loss"], "steps": history[-1]["step"], "history": history}

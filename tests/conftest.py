@@ -1,18 +1,16 @@
 import os
+from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+import numpy as np
+import pytest
+import yaml
 
-from pathlib import Path  # noqa: E402
+from adapters.env import apply_defaults
+from cogrpo.config import PromptsConfig, WorldConfig
+from cogrpo.world.prompts import make_prompt_sets
+from cogrpo.world.scenes import World
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import yaml  # noqa: E402
-
-from cogrpo.config import PromptsConfig, WorldConfig  # noqa: E402
-from cogrpo.prompts import make_prompt_sets  # noqa: E402
-from cogrpo.scenes import World  # noqa: E402
+apply_defaults()  # before any test imports Prefect, MLflow or transformers
 
 
 @pytest.fixture(scope="session")

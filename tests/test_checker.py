@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from cogrpo.checker import Checker
-from cogrpo.spec import Obj, evaluate_objects
+from cogrpo.world.checker import Checker
+from cogrpo.world.spec import Obj, evaluate_objects
 
 
 def _all_specs(prompt_sets):
@@ -105,3 +105,19 @@ def test_dpg_fraction_of_facts(world, rng):
     # facts: 3 counts, 3 colours, 1 position, cleanliness; the triangle's colour and cleanliness fail
     assert (v.facts, v.satisfied) == (8, 6)
     assert np.isclose(v.score, 0.75)
+
+
+def test_reasons_do_not_follow_the_hash_seed():
+    """The verdict's reason lists failures in a fixed order, so results.jsonl is the same bytes in every process
+    (Python salts string hashes per process: set order changes with PYTHONHASHSEED)."""
+    import subprocess
+    import sys
+
+    code = ("from cogrpo.world.spec import Obj, evaluate_objects\n"
+            "objs = [Obj(s, 'red', r, c) for r, s in enumerate(['circle', 'square', 'triangle', 'diamond'])"
+            " for c in range(2)]\n"
+            "spec = {'include': [{'class': s, 'count': 1} for s in ['circle', 'square', 'triangle', 'diamond']]}\n"
+            "print(evaluate_objects(objs, spec).reason)\n")
+    reasons = {subprocess.run([sys.executable, "-c", code], env={"PYTHONHASHSEED": str(seed), "PATH": ""},
+                              capture_output=True, text=True, check=True).stdout for seed in range(6)}
+    assert len(reasons) == 1 and "2 circles, asked for 1" in reasons.pop()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.tiny import TINY
+from tests.tiny import TINY, run_stage
 
 ROOT = Path(__file__).resolve().parents[1]
 ITERATIONS, EVERY = 12, 3
@@ -22,10 +22,8 @@ ITERATIONS, EVERY = 12, 3
 @pytest.fixture(scope="module")
 def trained_inputs(tiny_project):
     """Prompts, tokenizer and base model of the tiny project, and a longer training run to interrupt."""
-    from pipelines import pretrain, prompts, tokenizer
-
-    for stage in (prompts, tokenizer, pretrain):
-        stage.main()
+    for name in ("prompts", "tokenizer", "pretrain"):
+        run_stage(name)
     params = TINY | {"train": TINY["train"] | {"iterations": ITERATIONS, "checkpoint_every": EVERY,
                                                "sample_every": 100}}
     Path("params.yaml").write_text(yaml.safe_dump(params))
@@ -37,13 +35,20 @@ def _train_cmd(cwd: Path) -> subprocess.Popen:
 
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}  # each project its own store
     env |= {"PYTHONPATH": str(ROOT), "PREFECT_API_URL": str(get_current_settings().api.url)}
-    return subprocess.Popen([sys.executable, "-m", "pipelines.train"], cwd=cwd, env=env,
+    return subprocess.Popen([sys.executable, "-m", "pipelines.stage", "train"], cwd=cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
+def _state_dir(cwd: Path) -> Path | None:
+    """The training's own folder, runs/train/<identity>."""
+    found = list((cwd / "runs/train").glob("train-*")) if (cwd / "runs/train").is_dir() else []
+    return found[0] if len(found) == 1 else None
+
+
 def _iterations_done(cwd: Path) -> int:
-    history = cwd / "runs/train/history.jsonl"
-    return len(history.read_text().splitlines()) if history.is_file() else 0
+    state = _state_dir(cwd)
+    history = state / "history.jsonl" if state else None
+    return len(history.read_text().splitlines()) if history and history.is_file() else 0
 
 
 def test_kill_9_then_rerun_resumes_and_matches_an_uninterrupted_run(trained_inputs, tmp_path):
@@ -73,7 +78,7 @@ def test_kill_9_then_rerun_resumes_and_matches_an_uninterrupted_run(trained_inpu
     for f in ("models/trained/model.safetensors", "models/trained/schedule.json", "metrics/learned_schedule.json",
               "metrics/train_history.csv"):
         assert (work / f).read_bytes() == (reference / f).read_bytes(), f
-    history = [json.loads(x) for x in (work / "runs/train/history.jsonl").read_text().splitlines()]
+    history = [json.loads(x) for x in (_state_dir(work) / "history.jsonl").read_text().splitlines()]
     assert [h["iteration"] for h in history] == list(range(1, ITERATIONS + 1))
 
     mlflow.set_tracking_uri(f"sqlite:///{work / 'mlflow.db'}")
@@ -90,11 +95,72 @@ def test_a_second_training_on_the_same_folder_is_refused(trained_inputs):
     from cogrpo.errors import InputError
     from cogrpo.io import exclusive
 
-    with exclusive(trained_inputs / "runs/train"):
+    state = _state_dir(trained_inputs)
+    shutil.rmtree(trained_inputs / "runs/store/train")  # so the run must train, not find its result
+    with exclusive(state):
         proc = _train_cmd(trained_inputs)
         assert proc.wait() == 2
         err = proc.stderr.read().strip().splitlines()[-1]
-        assert err.startswith("error: runs/train: in use by another run (pid ")
-    with exclusive(trained_inputs / "runs/train"), pytest.raises(InputError):
-        with exclusive(trained_inputs / "runs/train"):
+        assert err.startswith(f"error: {state.relative_to(trained_inputs)}: in use by another run (pid ")
+    with exclusive(state), pytest.raises(InputError):
+        with exclusive(state):
             pass
+    assert not (state / ".lock").exists()
+
+
+def _set_iterations(work: Path, n: int) -> None:
+    params = yaml.safe_load((work / "params.yaml").read_text())
+    params["train"]["iterations"] = n
+    (work / "params.yaml").write_text(yaml.safe_dump(params))
+
+
+def _history(work: Path) -> list[dict]:
+    return [json.loads(x) for x in (_state_dir(work) / "history.jsonl").read_text().splitlines()]
+
+
+def test_a_shorter_run_never_exports_the_longer_runs_model(trained_inputs):
+    """After 12 iterations, `train.iterations: 5` trains 5 (its checkpoints at 9 and 12 are past its end) and
+    replays exactly the longer run's first 5 iterations; the 12-iteration model is not relabelled."""
+    work = trained_inputs
+    long_history = _history(work)
+    long_model = (work / "models/trained/model.safetensors").read_bytes()
+    _set_iterations(work, 5)
+    try:
+        proc = _train_cmd(work)
+        assert proc.wait() == 0, proc.stderr.read()
+        assert json.loads((work / "models/trained/train.json").read_text())["iterations"] == 5
+        assert (work / "models/trained/model.safetensors").read_bytes() != long_model
+        assert _history(work) == long_history[:5]
+    finally:
+        _set_iterations(work, ITERATIONS)
+
+
+def test_a_corrupt_checkpoint_falls_back_to_the_previous_good_one(trained_inputs, tmp_path):
+    """NaN bytes written over the newest checkpoint's model (size unchanged): the longer rerun warns, resumes from
+    the checkpoint before it, and ends where an uninterrupted run ends; no non-finite model is ever exported."""
+    work = trained_inputs
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    for item in ("params.yaml", "data", "models"):
+        src = work / item
+        shutil.copytree(src, reference / item) if src.is_dir() else shutil.copy(src, reference / item)
+    _set_iterations(work, ITERATIONS)
+    assert _train_cmd(work).wait() == 0  # checkpoints at 9 and 12 (or finds the result)
+    newest = sorted((_state_dir(work) / "checkpoints").iterdir())[-1]
+    model = newest / "model/model.safetensors"
+    data = bytearray(model.read_bytes())
+    data[len(data) // 2: len(data) // 2 + 4096] = b"\xff" * 4096  # 0xffffffff is a NaN in float32
+    model.write_bytes(bytes(data))
+    longer = ITERATIONS + 2
+    for w in (work, reference):
+        _set_iterations(w, longer)
+    try:
+        resumed = _train_cmd(work)
+        assert resumed.wait() == 0, resumed.stderr.read()
+        assert f"skipping checkpoint {newest.relative_to(work)}" in resumed.stderr.read()
+        uninterrupted = _train_cmd(reference)
+        assert uninterrupted.wait() == 0
+        for f in ("models/trained/model.safetensors", "models/trained/schedule.json"):
+            assert (work / f).read_bytes() == (reference / f).read_bytes(), f
+    finally:
+        _set_iterations(work, ITERATIONS)

@@ -19,7 +19,7 @@ def served(tiny_project):
 
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}  # each project its own store
     env |= {"PYTHONPATH": str(ROOT), "PREFECT_API_URL": str(get_current_settings().api.url)}
-    proc = subprocess.Popen([sys.executable, "-m", "flows.serve"], cwd=tiny_project, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.serve"], cwd=tiny_project, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     yield tiny_project
     proc.terminate()
@@ -40,6 +40,17 @@ async def _deployment(name: str, timeout: float = 120):
                 await asyncio.sleep(1)
 
 
+async def _artifacts(flow_run_id):
+    """Every artifact of a flow run and of the task and flow runs under it."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    async with get_client() as client:
+        subflows = [f.id for f in await client.read_flow_runs() if f.parent_task_run_id is not None]
+        ids = [flow_run_id, *subflows]
+        return await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=ids)))
+
+
 def test_deployments_have_typed_parameters_and_a_schedule(served):
     pipe = asyncio.run(_deployment("pipeline/cogrpo"))
     props = pipe.parameter_openapi_schema["properties"]
@@ -58,8 +69,15 @@ def test_a_triggered_run_completes(served):
     run = run_deployment("pipeline/cogrpo", parameters={"mode": "schedule", "seed": 3, "root": "runs/served"},
                          timeout=300, poll_interval=2)
     assert run.state.is_completed(), run.state
-    trained = list(Path(served, "runs/served/train").glob("train-*/model/schedule.json"))
+    trained = list(Path(served, "runs/served/store/train").glob("train-*/out/schedule.json"))
     assert len(trained) == 1
+    # what the UI shows of the run: progress of its long tasks, the results table, the learned schedule
+    artifacts = asyncio.run(_artifacts(run.id))
+    assert {a.key for a in artifacts} >= {"results", "learned-schedule"}
+    results = next(a for a in artifacts if a.key == "results")
+    assert "geneval.overall" in str(results.data)
+    progress = [a for a in artifacts if a.type == "progress"]
+    assert any(a.data == 100.0 for a in progress)
     import mlflow
 
     mlflow.set_tracking_uri(f"sqlite:///{served / 'mlflow.db'}")

@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from cogrpo.config import ScheduleConfig, TrainConfig
-from cogrpo.grpo import clipped_surrogate, group_advantages, k3_kl, zero_std_fraction
-from cogrpo.model import MDM, MDMConfig
-from cogrpo.policy import SchedulePolicy
-from cogrpo.schedule import KNOBS, base_knobs
-from cogrpo.train import CoGRPO
+from cogrpo.core.grpo import clipped_surrogate, group_advantages, k3_kl, zero_std_fraction
+from cogrpo.backbones.mdm import MDM, MDMConfig
+from cogrpo.core.policy import SchedulePolicy
+from cogrpo.core.schedule import KNOBS, base_knobs
+from cogrpo.core.batch import GroupedBatch
+from cogrpo.core.trainer import CoGRPO
 
 
 def test_group_advantages():
@@ -77,6 +78,18 @@ def test_schedule_bandit_finds_the_best_knob():
     assert abs(pol.deterministic_knobs()[0, cfg_index].item() - 5.0) < 0.3
 
 
+def _batch() -> GroupedBatch:
+    """Two prompts × G = 4: the (B, G) layout the trainer groups rewards by."""
+    return GroupedBatch(torch.arange(2), torch.randn(2, 5, 16), torch.ones(2, 5, dtype=torch.bool), 4)
+
+
+def test_grouped_batch_layout_is_prompt_major():
+    b = GroupedBatch(torch.tensor([7, 3]), torch.randn(2, 5, 16), torch.ones(2, 5, dtype=torch.bool), 3)
+    assert b.trajectory_rows().tolist() == [7, 7, 7, 3, 3, 3] and b.trajectories == 6
+    assert b.groups(torch.arange(6.0)).tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert torch.equal(b.per_trajectory(b.text)[4], b.text[1])
+
+
 def _tiny_trainer(mode, extra_steps=()):
     torch.manual_seed(0)
     model = MDM(MDMConfig(grid=4, n_shapes=4, n_colors=6, text_encoder="tiny-random", text_dim=16,
@@ -89,15 +102,15 @@ def _tiny_trainer(mode, extra_steps=()):
 @pytest.mark.parametrize("mode", ["co", "model", "schedule"])
 def test_freezing_rule(mode):
     tr = _tiny_trainer(mode)
-    text, mask = torch.randn(2, 5, 16), torch.ones(2, 5, dtype=torch.bool)
+    batch = _batch()
     before_model = {k: v.clone() for k, v in tr.model.state_dict().items()}
     before_policy = {k: v.clone() for k, v in tr.policy.state_dict().items()}
-    ro = tr.rollout(text, mask, torch.arange(2))
+    ro = tr.rollout(batch)
     if mode == "model":
         assert torch.equal(ro.actions, torch.zeros_like(ro.actions))  # deterministic base schedule
     else:
         assert ro.actions.abs().sum() > 0
-    metrics = tr.update(ro, text, mask, torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0]))
+    metrics = tr.update(batch, ro, torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0]))
     model_same = all(torch.equal(v, tr.model.state_dict()[k]) for k, v in before_model.items())
     policy_same = all(torch.equal(v, tr.policy.state_dict()[k]) for k, v in before_policy.items())
     assert model_same == (mode == "schedule")
@@ -108,25 +121,25 @@ def test_freezing_rule(mode):
 
 def test_first_update_is_on_policy_and_nan_is_skipped():
     tr = _tiny_trainer("co")
-    text, mask = torch.randn(2, 5, 16), torch.ones(2, 5, dtype=torch.bool)
-    ro = tr.rollout(text, mask, torch.arange(2))
-    m = tr.update(ro, text, mask, torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0]))
+    batch = _batch()
+    ro = tr.rollout(batch)
+    m = tr.update(batch, ro, torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0]))
     assert abs(m["model/ratio_mean"] - 1) < 1e-4 and abs(m["schedule/ratio_mean"] - 1) < 1e-5
     assert m["model/kl"] < 1e-8
     state = {k: v.clone() for k, v in tr.model.state_dict().items()}
-    m = tr.update(tr.rollout(text, mask, torch.arange(2)), text, mask, torch.tensor([float("nan")] * 8))
+    m = tr.update(batch, tr.rollout(batch), torch.tensor([float("nan")] * 8))
     assert m["skipped"] == 1 and all(torch.equal(v, tr.model.state_dict()[k]) for k, v in state.items())
 
 
 def test_extra_step_counts_cycle_and_each_trains_only_its_own_policy():
     tr = _tiny_trainer("co", extra_steps=(2,))
-    text, mask = torch.randn(2, 5, 16), torch.ones(2, 5, dtype=torch.bool)
+    batch = _batch()
     r = torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
     seen = []
     for _ in range(3):
         before = {T: p.mean.detach().clone() for T, p in tr.policies.items()}
-        ro = tr.rollout(text, mask, torch.arange(2))
-        m = tr.update(ro, text, mask, r)
+        ro = tr.rollout(batch)
+        m = tr.update(batch, ro, r)
         T = ro.traj.steps
         seen.append(T)
         assert m["steps"] == T and ro.actions.shape[1] == T
@@ -140,13 +153,13 @@ def test_extra_step_counts_cycle_and_each_trains_only_its_own_policy():
 @pytest.mark.parametrize("extra_steps", [(), (2,)])
 def test_checkpoint_roundtrip(tmp_path, extra_steps):
     tr = _tiny_trainer("co", extra_steps)
-    text, mask = torch.randn(2, 5, 16), torch.ones(2, 5, dtype=torch.bool)
+    batch = _batch()
     r = torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
-    tr.update(tr.rollout(text, mask, torch.arange(2)), text, mask, r)
+    tr.update(batch, tr.rollout(batch), r)
     tr.save(tmp_path)
     again = _tiny_trainer("co", extra_steps)
     again.load(tmp_path)
     assert again.iteration == tr.iteration == 1
-    a, b = tr.update(tr.rollout(text, mask, torch.arange(2)), text, mask, r), \
-        again.update(again.rollout(text, mask, torch.arange(2)), text, mask, r)
+    a, b = tr.update(batch, tr.rollout(batch), r), \
+        again.update(batch, again.rollout(batch), r)
     assert a == b

@@ -1,4 +1,4 @@
-"""DESIGN.md §4: the library imports no orchestration; imports point only downward."""
+"""DESIGN.md §3: the library imports no orchestration; imports point only downward."""
 
 import ast
 from pathlib import Path
@@ -27,7 +27,8 @@ def test_library_imports_no_orchestration():
 
 
 def test_layers_point_downward():
-    above = {"tasks": {"flows", "pipelines"}, "flows": {"pipelines"}}
+    above = {"adapters": {"tasks", "flows", "pipelines"}, "tasks": {"flows", "pipelines", "adapters"},
+             "flows": {"pipelines"}}
     for layer, forbidden in above.items():
         for f in (ROOT / layer).rglob("*.py"):
             bad = _imports(f) & forbidden
@@ -40,8 +41,20 @@ def test_every_library_module_imports_first_in_a_fresh_interpreter():
     import subprocess
     import sys
 
-    names = sorted(p.stem for p in (ROOT / "src/cogrpo").glob("*.py") if p.stem != "__init__")
+    lib = ROOT / "src/cogrpo"
+    names = sorted(".".join(p.relative_to(lib).with_suffix("").parts).removesuffix(".__init__")
+                   for p in lib.rglob("*.py") if p.name != "__init__.py" or p.parent != lib)
     code = (f"import importlib, sys\nfor n in {names!r}:\n"
             "    for m in [m for m in sys.modules if m.startswith('cogrpo')]:\n        del sys.modules[m]\n"
             "    importlib.import_module('cogrpo.' + n)\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_schema_imports_only_leaf_modules():
+    """config (the params schema) sits under everything: it imports only modules that import nothing of the
+    library themselves, so no import circle can pass through it."""
+    from adapters.code_deps import closure
+
+    assert set(closure(("cogrpo.config",))) == {"src/cogrpo/__init__.py", "src/cogrpo/config.py", "src/cogrpo/errors.py",
+                                               "src/cogrpo/rewards/__init__.py", "src/cogrpo/world/__init__.py",
+                                               "src/cogrpo/world/palette.py"}

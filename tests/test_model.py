@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cogrpo.errors import InputError
-from cogrpo.model import MDM, MDMConfig
+from cogrpo.backbones.mdm import MDM, MDMConfig
 
 CFG = MDMConfig(grid=4, n_shapes=4, n_colors=6, text_encoder="tiny-random", text_dim=32, max_text_tokens=16,
                 dim=32, layers=2, heads=2)

@@ -1,10 +1,11 @@
-"""The `pipeline` flow: cross-run caching by content, one MLflow parent run with nested stage runs."""
+"""The `pipeline` flow: stages cached by content in the store it shares with the DVC stages, one MLflow parent run
+with nested stage runs."""
 
 from pathlib import Path
 
 import pytest
 
-STAGES = ["prompts", "tokenizer", "pretrain", "baseline", "train", "evaluate"]
+STAGES = ["prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep", "train", "evaluate"]
 
 
 @pytest.fixture(scope="module")
@@ -25,11 +26,11 @@ def test_rerun_is_cached_and_a_param_reruns_only_its_dependents(runs):
     assert all(_cached(again).values())
     assert again["eval"] == first["eval"] and again["baseline"] == first["baseline"]
     assert _cached(reseeded) == {"prompts": True, "tokenizer": True, "pretrain": True, "baseline": True,
-                                 "train": False, "evaluate": False}
-    assert reseeded["stages"]["train"]["out_dir"] != first["stages"]["train"]["out_dir"]
+                                 "schedule_sweep": True, "train": False, "evaluate": False}
+    assert reseeded["stages"]["train"]["out"] != first["stages"]["train"]["out"]
     # outputs are content-addressed folders that hold what the stage wrote
-    assert Path(first["stages"]["train"]["out_dir"], "schedule.json").is_file()
-    assert Path(first["stages"]["baseline"]["out_dir"], "results.jsonl").is_file()
+    assert Path(first["stages"]["train"]["out"], "schedule.json").is_file()
+    assert Path(first["stages"]["baseline"]["out"], "results.jsonl").is_file()
 
 
 def test_prefect_shows_every_task_of_the_rerun_cached(runs):
@@ -45,7 +46,7 @@ def test_prefect_shows_every_task_of_the_rerun_cached(runs):
 
     assert set(asyncio.run(task_states(runs[0]["prefect_flow_run"]))) == {"Completed"}
     again = asyncio.run(task_states(runs[1]["prefect_flow_run"]))
-    assert again == ["Cached"] * 8  # prompts, tokenizer, pretrain, 2 baseline evals, train, 2 final evals
+    assert again == ["Cached"] * len(STAGES)
 
 
 def test_mlflow_parent_and_nested_runs(runs):
@@ -69,7 +70,7 @@ def test_mlflow_parent_and_nested_runs(runs):
     prompts = client.get_run(kids.loc["prompts", "run_id"])
     assert {d.dataset.name for d in prompts.inputs.dataset_inputs} == {"train", "eval_heldout", "eval_seen"}
     train = kids.loc["train", "run_id"]
-    assert {a.path for a in client.list_artifacts(train)} >= {"trained", "checkpoint"}
+    assert {a.path for a in client.list_artifacts(train)} >= {"model"}
     assert [m.step for m in client.get_metric_history(train, "reward_mean")] == [1, 2, 3]
     cached_kids = df[df["tags.mlflow.parentRunId"] == runs[1]["mlflow_run_id"]]
     assert set(cached_kids["tags.cached"]) == {"true"}
@@ -119,8 +120,8 @@ def test_two_experiments_at_once_do_not_clobber_each_other(tiny_project, tmp_pat
     for p in procs:
         out, err = p.communicate(timeout=600)
         assert p.returncode == 0, err[-2000:]
-    assert len(list(Path(root, "prompts").iterdir())) == 1  # same key: one folder, written once
-    assert len(list(Path(root, "train").iterdir())) == 2
+    assert len(list(Path(root, "store", "prompts").iterdir())) == 1  # same key: one folder, written once
+    assert len(list(Path(root, "store", "train").iterdir())) == 2
     df = mlflow.search_runs(experiment_names=["cogrpo"], filter_string="tags.mlflow.runName = 'pipeline'")
     parents = df[df["params.train.seed"].isin(["11", "12"])]
     assert len(parents) == 2 and set(parents["status"]) == {"FINISHED"}
@@ -133,10 +134,36 @@ def test_benchmark_flow_evaluates_a_trained_model_at_other_step_counts(runs):
     from flows.pipeline import benchmark
 
     st = runs[0]["stages"]
-    kw = {"model_dir": st["train"]["out_dir"], "schedule_file": str(Path(st["train"]["out_dir"], "schedule.json")),
-          "prompts_file": str(Path(st["prompts"]["out_dir"], "eval_heldout.parquet")),
-          "tokenizer_dir": st["tokenizer"]["out_dir"]}
+    kw = {"model_dir": st["train"]["out"], "schedule_file": str(Path(st["train"]["out"], "schedule.json")),
+          "prompts_file": str(Path(st["prompts"]["out"], "eval_heldout.parquet")),
+          "tokenizer_dir": st["tokenizer"]["out"]}
     same = benchmark(**kw)
     assert same == runs[0]["eval"]["heldout"]  # the learned schedule at its own step count: the pipeline's eval
+    from prefect.artifacts import Artifact
+
+    table = Artifact.get("benchmark")  # the run ends with its scores where the UI shows them
+    assert table is not None and f"{same['geneval']['overall']:.4f}".rstrip("0") in str(table.data)
     fewer = benchmark(**kw, steps=2)  # carried to 2 steps
     assert set(fewer["geneval"]) == set(same["geneval"]) and fewer != same
+
+
+def test_dvc_stages_find_what_the_flow_computed(runs):
+    """The other way in: after the flow, every DVC stage finds its result in the store (same params and code),
+    computes nothing, and materialises the same bytes in the workspace."""
+    import mlflow
+
+    from tests.tiny import run_stage
+
+    store = Path("runs/store")
+    before = {p for p in store.rglob("*")}
+    for name in STAGES:
+        run_stage(name)
+    assert {p for p in store.rglob("*")} == before  # nothing new was computed
+    df = mlflow.search_runs(experiment_names=["cogrpo"], filter_string="attributes.status = 'FINISHED'",
+                            order_by=["attributes.start_time DESC"], max_results=len(STAGES))
+    assert set(df["tags.stage"]) == set(STAGES) and set(df["tags.cached"]) == {"true"}
+    assert Path("metrics/eval.json").is_file() and Path("models/trained/schedule.json").is_file()
+    heldout = runs[0]["eval"]["heldout"]
+    import json
+
+    assert json.loads(Path("metrics/eval.json").read_text()) == heldout

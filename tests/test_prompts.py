@@ -1,6 +1,6 @@
 """The prompt grammar and the split."""
 
-from cogrpo.prompts import GENEVAL_TAGS, involves
+from cogrpo.world.prompts import GENEVAL_TAGS, involves
 
 
 def test_every_tag_and_geneval_shape(prompt_sets):

@@ -5,7 +5,7 @@ import torch
 
 from cogrpo.errors import InputError
 from cogrpo.rewards import REGISTRY, build, combine
-from cogrpo.spec import Obj
+from cogrpo.world.spec import Obj
 
 SPEC = {"tag": "color_attr", "prompt": "a photo of a red circle and a blue square",
         "include": [{"class": "circle", "count": 1, "color": "red"}, {"class": "square", "count": 1, "color": "blue"}]}

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from cogrpo.config import ScheduleConfig
-from cogrpo.model import MDM, MDMConfig
-from cogrpo.sampler import sample, trajectory_logprobs
-from cogrpo.schedule import apply_actions, base_knobs, load_schedule, masked_counts, save_schedule
+from cogrpo.backbones.mdm import MDM, MDMConfig
+from cogrpo.core.sampler import sample, trajectory_logprobs
+from cogrpo.core.schedule import apply_actions, base_knobs, load_schedule, masked_counts, save_schedule
 
 N_TRAJ, L, D = 12, 7, 32
 
@@ -123,7 +123,7 @@ def test_bad_schedule_file(tmp_path):
 
 
 def test_transfer_keeps_the_schedule_at_equal_steps_and_maps_residuals():
-    from cogrpo.schedule import apply_actions, transfer
+    from cogrpo.core.schedule import apply_actions, transfer
 
     base8, base4 = base_knobs(ScheduleConfig(steps=8)), base_knobs(ScheduleConfig(steps=4))
     learned = apply_actions(base8, torch.full((8, 4), 0.5))

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from cogrpo.benchmark import roundtrip_pass_rate
-from cogrpo.checker import Checker
-from cogrpo.tokenizer import Tokenizer, fit_tokenizer
+from cogrpo.world.tokenizer import roundtrip_pass_rate
+from cogrpo.world.checker import Checker
+from cogrpo.world.tokenizer import Tokenizer, fit_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -11,3 +11,10 @@ TINY: dict = {
     "train": {"iterations": 3, "prompts_per_iter": 2, "group_size": 2, "checkpoint_every": 2, "sample_every": 2},
 }
 
+
+
+def run_stage(name: str) -> dict:
+    """One DVC stage as `dvc repro` runs it (`python -m pipelines.stage NAME`), in this process."""
+    from pipelines.stage import main
+
+    return main([name])

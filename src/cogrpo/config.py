@@ -1,22 +1,52 @@
 """The schema of params.yaml: every knob of the project, documented once, where it is declared.
 
 `load_params(path)` validates the whole file before any stage writes anything; a bad key, type or
-value raises `ParamsError` with one line naming the file and the dotted key.
+value raises `ParamsError` with one line naming the file and the dotted key. The schema imports only leaf
+modules of the library (the world's names, the reward registry); cross-checks that need more of the library
+live in `cogrpo.validate`, which every entry point loads params through.
+
+A field marked `NOT_RESULT` changes how a run is logged or checkpointed, never what it computes: it stays out
+of the stages' cache keys.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from cogrpo.errors import InputError
+from cogrpo.rewards import REGISTRY as REWARDS
+from cogrpo.world.palette import PALETTE, SHAPES
+
+NOT_RESULT = {"affects_result": False}  # json_schema_extra of a field that never changes a stage's outputs
+
+
+def _numeric(annotation) -> bool:
+    """int or float (or an optional or list of them), and not bool."""
+    if get_origin(annotation) in (Union, list) or type(annotation).__name__ == "UnionType":
+        return any(_numeric(a) for a in get_args(annotation))
+    return annotation in (int, float)
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value, info: ValidationInfo):
+        """YAML's true/false is not a number (pydantic would read it as 1/0)."""
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, bool) for v in values) and _numeric(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"expected a number, got {str(value).lower()}")
+        return value
+
+    def result_dump(self) -> dict:
+        """The fields that change what a stage computes (JSON-ready), for cache keys."""
+        return {k: v for k, v in self.model_dump(mode="json").items()
+                if (type(self).model_fields[k].json_schema_extra or {}).get("affects_result", True)}
 
 
 class WorldConfig(_Section):
@@ -24,12 +54,23 @@ class WorldConfig(_Section):
     cell_px: int = Field(12, ge=8, le=32, description="Side of one cell in pixels; images are grid·cell_px square.")
     shapes: list[str] = Field(
         default=["circle", "square", "triangle", "diamond"], min_length=2,
-        description="Object classes drawn in the scenes (names from cogrpo.scenes.SHAPES).",
+        description=f"Object classes drawn in the scenes, distinct, from: {', '.join(SHAPES)}.",
     )
     colors: list[str] = Field(
         default=["red", "green", "blue", "yellow", "purple", "cyan"], min_length=2,
-        description="Object colours (names from cogrpo.scenes.PALETTE); the background is white.",
+        description=f"Object colours, distinct, from: {', '.join(PALETTE)}; the background is white.",
     )
+
+    @field_validator("shapes", "colors")
+    @classmethod
+    def _known_names(cls, names: list[str], info: ValidationInfo) -> list[str]:
+        known = SHAPES if info.field_name == "shapes" else tuple(PALETTE)
+        for name in names:
+            if name not in known:
+                raise ValueError(f"unknown name {name!r} (known: {', '.join(known)})")
+        if len(set(names)) < len(names):
+            raise ValueError(f"names repeat: {names}")
+        return names
 
 
 class PromptsConfig(_Section):
@@ -108,16 +149,14 @@ class EvalConfig(_Section):
 
 class RewardTerm(_Section):
     name: str = Field(description="A reward of cogrpo.rewards.REGISTRY, e.g. 'compositional' or 'strict'.")
-    weight: float = Field(1.0, description="Weight of this reward in the sum.")
+    weight: float = Field(1.0, ge=0, description="Weight (≥ 0, finite) of this reward in the sum.")
     normalize: bool = Field(False, description="z-normalise this reward over the batch before weighting.")
 
     @field_validator("name")
     @classmethod
     def _registered(cls, name: str) -> str:
-        from cogrpo.rewards import REGISTRY  # lazy: rewards imports the world, which imports this module
-
-        if name not in REGISTRY:
-            raise ValueError(f"unknown reward '{name}' (known: {', '.join(sorted(REGISTRY))})")
+        if name not in REWARDS:
+            raise ValueError(f"unknown reward '{name}' (known: {', '.join(sorted(REWARDS))})")
         return name
 
 
@@ -144,10 +183,18 @@ class TrainConfig(_Section):
     sigma_init: float = Field(0.15, gt=0, description="Initial std of every schedule action (in `co`, more "
                               "schedule noise dilutes the model's credit: reports/co_investigation.md).")
     sigma_floor: float = Field(0.03, ge=0, description="Floor under the schedule policy's std.")
-    checkpoint_every: int = Field(10, ge=1, description="Iterations between resumable checkpoints.")
-    sample_every: int = Field(20, ge=1, description="Iterations between sample grids logged to MLflow.")
-    rewards: list[RewardTerm] = Field(default_factory=lambda: [RewardTerm(name="compositional")],
+    checkpoint_every: int = Field(10, ge=1, json_schema_extra=NOT_RESULT,
+                                  description="Iterations between resumable checkpoints (the last two are kept).")
+    sample_every: int = Field(20, ge=1, json_schema_extra=NOT_RESULT,
+                              description="Iterations between sample grids logged to MLflow.")
+    rewards: list[RewardTerm] = Field(default_factory=lambda: [RewardTerm(name="compositional")], min_length=1,
                                       description="Reward terms summed into the training reward.")
+
+    @model_validator(mode="after")
+    def _some_reward(self) -> "TrainConfig":
+        if not any(term.weight > 0 for term in self.rewards):
+            raise ValueError("every reward weight is 0: the training reward would be 0")
+        return self
 
 
 class SweepSchedule(_Section):
@@ -170,7 +217,7 @@ class Params(_Section):
     pretrain: PretrainConfig = PretrainConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     eval: EvalConfig = EvalConfig()
-    train: TrainConfig = Field(default_factory=TrainConfig)  # lazy: its reward check imports cogrpo.rewards
+    train: TrainConfig = TrainConfig()
     sweep: list[SweepSchedule] = Field(
         default_factory=list, description="Hand-set schedules the schedule-sweep stage evaluates beside the base."
     )

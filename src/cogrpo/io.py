@@ -1,4 +1,5 @@
-"""Small file helpers: outputs appear whole or not at all; prompt sets as parquet."""
+"""Small file helpers: outputs appear whole or not at all, folders carry a manifest of their contents' hashes,
+prompt sets as parquet."""
 
 from __future__ import annotations
 
@@ -30,6 +31,48 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         raise
     shutil.rmtree(path, ignore_errors=True)
     tmp.rename(path)
+
+
+MANIFEST = "manifest.json"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_manifest(folder: str | Path) -> None:
+    """Flush every file of the folder to disk, then write <folder>/manifest.json ({relative path: sha256}) last:
+    a folder whose manifest verifies was written completely."""
+    folder = Path(folder)
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+    for f in files:
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    manifest = {f.relative_to(folder).as_posix(): _sha256(f) for f in files}
+    with open(folder / MANIFEST, "w") as fh:
+        json.dump(manifest, fh, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def verify_manifest(folder: str | Path) -> None:
+    """Raise InputError naming the first file of the folder that is missing, changed or unreadable."""
+    folder = Path(folder)
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        assert isinstance(manifest, dict)
+    except (OSError, ValueError, AssertionError):
+        raise InputError(f"{folder / MANIFEST}: missing or unreadable (the folder was not completely written)") from None
+    for name, digest in manifest.items():
+        f = folder / name
+        if not f.is_file():
+            raise InputError(f"{f}: missing")
+        if _sha256(f) != digest:
+            raise InputError(f"{f}: contents differ from its manifest (corrupt or edited)")
 
 
 def content_hash(path: str | Path) -> str:
@@ -67,7 +110,10 @@ def exclusive(folder: str | Path) -> Iterator[None]:
         fh.truncate(0)
         fh.write(str(os.getpid()))
         fh.flush()
-        yield
+        try:
+            yield
+        finally:  # still holding the lock, so nobody else can own it between these two lines
+            (folder / ".lock").unlink(missing_ok=True)
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

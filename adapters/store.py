@@ -1,0 +1,106 @@
+"""The one cache of stage outputs, shared by the `pipeline` flow and the DVC stages.
+
+<root>/store/<stage>/<key>/ holds one computed stage: out/ (what DVC tracks at the stage's workspace path),
+result.json (the numbers the stage returned) and manifest.json, written last. The key hashes everything
+the stage reads: the result-affecting fields of its params sections, the bytes of its input files and
+folders, and the source of the project code it imports (adapters.code_deps). Equal keys mean equal outputs,
+so whichever way in (the Prefect flow, `dvc repro`) ran a stage first, the other finds it done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from adapters.code_deps import ROOT, code_hash
+from cogrpo.config import Params
+from cogrpo.io import MANIFEST, atomic_dir, content_hash, write_manifest
+
+
+def params_key(params: Params, sections: tuple[str, ...], drop: tuple[str, ...] = ()) -> dict:
+    """The result-affecting fields of the sections, JSON-ready; `drop` removes dotted fields ("train.iterations")."""
+    out = {}
+    for name in sections:
+        value = getattr(params, name)
+        out[name] = [v.model_dump(mode="json") for v in value] if isinstance(value, list) else value.result_dump()
+    for dotted in drop:
+        section, _, field = dotted.partition(".")
+        out.get(section, {}).pop(field, None)
+    return out
+
+
+def stage_key(name: str, params: dict, inputs: dict[str, Path], code_modules: tuple[str, ...],
+              root: Path = ROOT) -> str:
+    h = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
+    for arg in sorted(inputs):
+        h.update(f"{arg}={content_hash(inputs[arg])}".encode())
+    h.update(code_hash(code_modules, root).encode())
+    return f"{name}-{h.hexdigest()[:20]}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    folder: Path
+
+    @property
+    def out(self) -> Path:
+        return self.folder / "out"
+
+    @property
+    def key(self) -> str:
+        return self.folder.name
+
+    def done(self) -> bool:
+        return (self.folder / MANIFEST).is_file()
+
+    def result(self) -> dict:
+        return json.loads((self.folder / "result.json").read_text())
+
+
+class Store:
+    def __init__(self, root: str | Path = "runs"):
+        self.root = Path(root)
+
+    def entry(self, stage: str, key: str) -> Entry:
+        return Entry(self.root / "store" / stage / key)
+
+    @contextlib.contextmanager
+    def claimed(self, entry: Entry) -> Iterator[None]:
+        """Serialise processes computing the same entry: the second waits, then finds it done."""
+        locks = self.root / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        with open(locks / f"{entry.key}.lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            yield
+
+    def compute(self, entry: Entry, work: Callable[[Path], dict]) -> dict:
+        """Run work(out folder) → result into the entry, atomically: a crash leaves no half entry."""
+        with atomic_dir(entry.folder) as tmp:
+            (tmp / "out").mkdir()
+            result = work(tmp / "out")
+            (tmp / "result.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+            write_manifest(tmp)
+        return result
+
+
+def materialize(src: Path, dest: Path) -> None:
+    """Replace dest with a copy of src (hard links where the file system allows: outputs are never edited in
+    place, only replaced whole), atomically."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+
+    def link_or_copy(s: str, d: str) -> None:
+        try:
+            os.link(s, d)
+        except OSError:
+            shutil.copy2(s, d)
+
+    with atomic_dir(dest) as tmp:
+        shutil.rmtree(tmp)
+        shutil.copytree(src, tmp, copy_function=link_or_copy)

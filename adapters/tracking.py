@@ -1,0 +1,190 @@
+"""MLflow tracking: a local sqlite store in the repo, runs addressed by id (MLflow's active run is per thread).
+
+`run(...)` is the one run lifecycle: a RUNNING run with the provenance tags (git commit, DVC data hashes, host
+and pid), FINISHED when its block ends, FAILED when it raises, KILLED on Ctrl-C. A run whose process died
+(kill -9, power loss) is found by its pid on the next start and marked FAILED.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import mlflow
+import polars as pl
+import yaml
+from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunStatus
+from mlflow.tracking import MlflowClient
+
+EXPERIMENT = "cogrpo"
+# read once at import: mlflow.set_tracking_uri() below writes the variable, and must not be taken for the user's
+_USER_URI = os.environ.get("MLFLOW_TRACKING_URI")
+
+
+def setup(root: str | Path = ".") -> str:
+    """Point MLflow at <root>/mlflow.db with artifacts under <root>/mlartifacts; return the experiment id.
+    MLFLOW_TRACKING_URI, when set, wins (a shared server, or `dvc exp` runs outside the workspace)."""
+    root = Path(root).resolve()
+    mlflow.set_tracking_uri(_USER_URI or f"sqlite:///{root / 'mlflow.db'}")
+    if mlflow.get_experiment_by_name(EXPERIMENT) is None:
+        mlflow.create_experiment(EXPERIMENT, artifact_location=(root / "mlartifacts").as_uri())
+    return mlflow.set_experiment(EXPERIMENT).experiment_id
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def dvc_hashes(lock_file: str | Path = "dvc.lock") -> dict[str, str]:
+    """md5 of every output DVC has recorded ({"dvc.models/base": "…"}); empty without a dvc.lock."""
+    lock = Path(lock_file)
+    if not lock.is_file():
+        return {}
+    stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
+    return {f"dvc.{out['path']}": out["md5"] for stage in stages.values() for out in stage.get("outs", [])
+            if "md5" in out}
+
+
+def provenance_tags() -> dict[str, str]:
+    return {"git_commit": git_commit(), "cogrpo.host": socket.gethostname(), "cogrpo.pid": str(os.getpid())}
+
+
+def fail_dead_runs() -> list[str]:
+    """Mark FAILED the RUNNING runs of this host whose process is gone; return their ids."""
+    client = MlflowClient()
+    exp = mlflow.get_experiment_by_name(EXPERIMENT)
+    dead = []
+    for run in client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'", max_results=1000):
+        tags = run.data.tags
+        if tags.get("cogrpo.host") != socket.gethostname() or not tags.get("cogrpo.pid", "").isdigit():
+            continue
+        try:
+            os.kill(int(tags["cogrpo.pid"]), 0)
+        except ProcessLookupError:
+            client.set_tag(run.info.run_id, "cogrpo.ended", "process died before the run finished")
+            client.set_terminated(run.info.run_id, RunStatus.to_string(RunStatus.FAILED))
+            dead.append(run.info.run_id)
+        except PermissionError:  # alive, owned by another user
+            pass
+    return dead
+
+
+def start_run(name: str, tags: dict[str, str] | None = None, parent_id: str | None = None) -> str:
+    """A RUNNING run (nested under parent_id when given) with the provenance tags; returns its id."""
+    exp = mlflow.get_experiment_by_name(EXPERIMENT)
+    all_tags = provenance_tags() | dvc_hashes() | (tags or {}) | {"mlflow.runName": name}
+    if parent_id:
+        all_tags["mlflow.parentRunId"] = parent_id
+    return MlflowClient().create_run(exp.experiment_id, tags=all_tags, run_name=name).info.run_id
+
+
+@contextlib.contextmanager
+def run(name: str, tags: dict[str, str] | None = None, parent_id: str | None = None,
+        params: dict | None = None) -> Iterator[str]:
+    """A run for the block (nested under parent_id when given), logging `params` flattened; yields its id."""
+    run_id = start_run(name, tags, parent_id)
+    try:
+        if params:
+            log_params(run_id, params)
+        yield run_id
+    except KeyboardInterrupt:
+        end_run(run_id, status="KILLED")
+        raise
+    except BaseException:
+        end_run(run_id, status="FAILED")
+        raise
+    end_run(run_id)
+
+
+def set_tags(run_id: str, tags: dict[str, str]) -> None:
+    client = MlflowClient()
+    for k, v in tags.items():
+        client.set_tag(run_id, k, v)
+
+
+def end_run(run_id: str, status: str = "FINISHED") -> None:
+    MlflowClient().set_terminated(run_id, status)
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out |= flatten(v, key + ".")
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            for i, x in enumerate(v):
+                out |= flatten(x, f"{key}.{i}.")
+        else:
+            out[key] = v
+    return out
+
+
+def log_params(run_id: str, params: dict) -> None:
+    items = [Param(k, str(v)[:6000]) for k, v in flatten(params).items()]
+    client = MlflowClient()
+    for i in range(0, len(items), 100):  # MLflow's batch limit
+        client.log_batch(run_id, params=items[i:i + 100])
+
+
+def log_schedule(run_id: str, knobs: list[list[float]], prefix: str) -> None:
+    """Every step's knob values as params: <prefix>.step3.cfg = 3.0."""
+    from cogrpo.core.schedule import KNOBS
+
+    log_params(run_id, {f"{prefix}.step{t + 1}.{k}": round(v, 6) for t, row in enumerate(knobs)
+                        for k, v in zip(KNOBS, row)})
+
+
+def log_prompt_set(run_id: str, path: str | Path, context: str) -> None:
+    """A prompt parquet file as an MLflow dataset input (name, digest, source path, schema)."""
+    path = Path(path)
+    df = pl.read_parquet(path).select("prompt", "tag")
+    dataset = mlflow.data.from_polars(df, source=str(path), name=path.stem)
+    MlflowClient().log_inputs(run_id, [DatasetInput(dataset._to_mlflow_entity(),
+                                                    [InputTag("mlflow.data.context", context)])])
+
+
+def log_metrics(run_id: str, metrics: dict, step: int | None = None, prefix: str = "") -> None:
+    """The numbers of a (nested) dict, in batches: one store transaction per 1,000, not one per metric.
+    Lists (curves such as a stage's history) are not metrics and are skipped."""
+    now = int(time.time() * 1000)
+    metrics = {k: v for k, v in metrics.items() if not isinstance(v, list)}
+    items = [Metric(k, float(v), now, step or 0) for k, v in flatten(metrics, prefix).items()
+             if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    client = MlflowClient()
+    for i in range(0, len(items), 1000):  # MLflow's batch limit
+        client.log_batch(run_id, metrics=items[i:i + 1000])
+
+
+def log_image(run_id: str, image, name: str) -> None:
+    MlflowClient().log_image(run_id, image, artifact_file=name)
+
+
+def log_artifacts(run_id: str, folder: str | Path, artifact_path: str) -> None:
+    MlflowClient().log_artifacts(run_id, str(folder), artifact_path)
+
+
+def log_artifacts_file(run_id: str, file: str | Path, artifact_path: str) -> None:
+    MlflowClient().log_artifact(run_id, str(file), artifact_path)
+
+
+def claim_training(run_id: str, state_dir: str | Path, resumed_at: int) -> None:
+    """Tag the run with the training folder it owns; when it resumed, link it to the run that wrote the checkpoint."""
+    client = MlflowClient()
+    folder = str(Path(state_dir).resolve())
+    tags = {"cogrpo.run_dir": folder, "resumed_at_iteration": str(resumed_at)}
+    if resumed_at > 0:
+        before = client.search_runs([client.get_run(run_id).info.experiment_id], f"tags.`cogrpo.run_dir` = '{folder}'",
+                                    order_by=["attributes.start_time DESC"], max_results=2)
+        earlier = [r.info.run_id for r in before if r.info.run_id != run_id]
+        if earlier:
+            tags["resumed_from"] = earlier[0]
+    set_tags(run_id, tags)

@@ -1,0 +1,181 @@
+"""Every stage of the pipeline, declared once: the `pipeline` flow and `dvc.yaml` both derive from STAGES.
+
+A stage is its work — `work(params, inputs, out, ctx) → result` — the params sections it reads, the upstream
+stages whose outputs it reads, the workspace folder DVC tracks as its output, and the metrics files DVC
+shows, each a view of the result. The code it depends on is not listed: it is the closure of what its
+work's module imports (adapters.code_deps). `python -m pipelines.dvc_yaml` writes dvc.yaml from here and a
+test fails when the committed file differs.
+
+`stage_task` runs a stage through the store (adapters.store), the one cache of both ways in: a stage whose
+key is already there is `Cached` in Prefect, whoever computed it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.states import Completed
+
+from adapters import tracking
+from adapters.progress import Reporter
+from adapters.store import Store, params_key, stage_key
+from cogrpo.config import Params
+from flows.train import train_stage
+from tasks.context import StageContext
+from tasks.data import train_tokenizer, write_prompt_sets
+from tasks.evaluate import evaluate_model, schedule_sweep
+from tasks.pretrain import pretrain_model
+
+
+def _json(value) -> str:
+    return json.dumps(value, indent=1) + "\n"
+
+
+def _pretrain_loss(result: dict, out: Path) -> str:
+    return "step,loss\n" + "".join(f"{h['step']},{h['loss']:.5f}\n" for h in result["history"])
+
+
+TRAIN_CURVES = ["reward_mean", "reward_std", "zero_std_groups", "model/kl", "schedule/ratio_mean"]
+
+
+def _train_curves(result: dict) -> pl.DataFrame:
+    history = pl.DataFrame(result["history"])
+    return history.select("iteration", *[pl.col(c).alias(c.replace("/", "_")) for c in TRAIN_CURVES
+                                         if c in history.columns])
+
+
+def _train_summary(result: dict, out: Path) -> str:
+    curves = _train_curves(result)
+    last = curves.tail(max(1, curves.height // 10)).drop("iteration").mean().row(0, named=True)
+    return _json({"mode": result["mode"], "iterations": curves.height,
+                  "last_10pct": {k: round(v, 6) for k, v in last.items()}})
+
+
+def _learned_schedule(result: dict, out: Path) -> str:
+    rows = json.loads((out / "schedule.json").read_text())["schedule"]
+    return _json([{"step": t + 1} | r for t, r in enumerate(rows)])
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    work: Callable  # (params, inputs: {argument: folder}, out: folder, ctx: StageContext) → JSON-able result
+    params: tuple[str, ...]  # params.yaml sections it reads
+    inputs: dict[str, str] = field(default_factory=dict)  # argument → the stage whose output folder it reads
+    out: str | None = None  # workspace folder DVC tracks (None: the stage's result is all it makes)
+    metrics: dict[str, Callable[[dict, Path], str]] = field(default_factory=dict)  # file → view(result, out)
+    plots: dict[str, dict] = field(default_factory=dict)  # metrics file → DVC plot options
+    datasets: tuple[str, ...] = ()  # prompt sets it uses (logged to MLflow as dataset inputs)
+    artifacts: tuple[str, ...] = ()  # paths inside out logged to MLflow ("" = the whole folder)
+    resume_varies: tuple[str, ...] | None = None  # resumable: fields a run may change and still resume
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return (self.work.__module__,)
+
+
+_EVAL = {"prompts": "prompts", "tokenizer": "tokenizer"}
+STAGES: dict[str, Stage] = {s.name: s for s in [
+    Stage("prompts", write_prompt_sets, ("world", "prompts"), out="data/prompts",
+          metrics={"metrics/prompts.json": lambda r, out: _json(r)}, datasets=("train", "eval_heldout", "eval_seen")),
+    Stage("tokenizer", train_tokenizer, ("world", "tokenizer"), {"prompts": "prompts"}, out="models/tokenizer",
+          metrics={"metrics/tokenizer.json": lambda r, out: _json(r)}, artifacts=("",)),
+    Stage("pretrain", pretrain_model, ("world", "model", "pretrain"), {"prompts": "prompts", "tokenizer": "tokenizer"},
+          out="models/base", artifacts=("",), datasets=("train",),
+          metrics={"metrics/pretrain.json": lambda r, out: _json({"final_loss": r["final_loss"], "steps": r["steps"]}),
+                   "metrics/pretrain_loss.csv": _pretrain_loss},
+          plots={"metrics/pretrain_loss.csv": {"x": "step", "y": "loss", "title": "Pretraining loss"}}),
+    Stage("baseline", evaluate_model, ("world", "schedule", "eval"), _EVAL | {"model": "pretrain"},
+          out="outputs/baseline", artifacts=("grid.png",), datasets=("eval_heldout", "eval_seen"),
+          metrics={"metrics/baseline.json": lambda r, out: _json(r["heldout"]),
+                   "metrics/baseline_seen.json": lambda r, out: _json(r["seen"])}),
+    Stage("schedule_sweep", schedule_sweep, ("world", "schedule", "eval", "sweep"), _EVAL | {"model": "pretrain"},
+          metrics={"metrics/schedule_sweep.json": lambda r, out: _json(r)}, datasets=("eval_heldout",)),
+    Stage("train", train_stage, ("world", "schedule", "train"), {"prompts": "prompts", "tokenizer": "tokenizer",
+                                                           "model": "pretrain"},
+          out="models/trained", artifacts=("",), datasets=("train",), resume_varies=("train.iterations",),
+          metrics={"metrics/train.json": _train_summary,
+                   "metrics/train_history.csv": lambda r, out: _train_curves(r).write_csv(),
+                   "metrics/learned_schedule.json": _learned_schedule},
+          plots={"metrics/learned_schedule.json": {}, "metrics/train_history.csv": {}}),
+    Stage("evaluate", evaluate_model, ("world", "schedule", "eval"), _EVAL | {"model": "train"},
+          out="outputs/eval", artifacts=("grid.png",), datasets=("eval_heldout", "eval_seen"),
+          metrics={"metrics/eval.json": lambda r, out: _json(r["heldout"]),
+                   "metrics/eval_seen.json": lambda r, out: _json(r["seen"])}),
+]}
+
+# DVC's top-level plots: several metrics files or columns on one chart
+PLOTS = [
+    {"learned_schedule": {"title": "Learned schedule per step (deterministic knob values)", "x": "step",
+                          "y": {"metrics/learned_schedule.json": ["ratio", "temperature", "remask_temperature", "cfg"]}}},
+    {"reward_curve": {"title": "Co-GRPO training reward per iteration", "x": "iteration",
+                      "y": {"metrics/train_history.csv": ["reward_mean", "reward_std"]}}},
+    {"kl_curve": {"title": "KL to the base model per iteration", "x": "iteration",
+                  "y": {"metrics/train_history.csv": ["model_kl"]}}},
+]
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """What a stage run leaves: its result, the store entry holding its outputs, and whether it was cached."""
+
+    result: dict
+    entry: str
+    key: str
+    cached: bool
+
+    @property
+    def out(self) -> Path:
+        return Path(self.entry) / "out"
+
+
+@task(cache_policy=NO_CACHE, persist_result=False, task_run_name="{name}")
+def stage_task(name: str, params: Params, inputs: dict[str, Path], root: str = "runs",
+               mlflow_run_id: str | None = None):
+    """Run one stage through the store: `Cached` when its key is there, else computed into it (one process at a
+    time per key: a second one waits and then finds it done)."""
+    stage, store = STAGES[name], Store(root)
+    sections = params_key(params, stage.params)
+    key = stage_key(name, sections, inputs, stage.modules)
+    entry = store.entry(name, key)
+    if not entry.done():
+        with store.claimed(entry):
+            if not entry.done():
+                state_dir = None
+                if stage.resume_varies is not None:  # its identity: the key without what a resumed run may change
+                    identity = stage_key(name, params_key(params, stage.params, stage.resume_varies), inputs,
+                                         stage.modules)
+                    state_dir = Path(root) / name / identity
+                    state_dir.mkdir(parents=True, exist_ok=True)
+                ctx = StageContext(Reporter(mlflow_run_id), state_dir, mlflow_run_id)
+                result = store.compute(entry, lambda out: stage.work(params, inputs, out, ctx))
+                return StageRun(result, str(entry.folder), key, cached=False)
+    run = StageRun(entry.result(), str(entry.folder), key, cached=True)
+    return Completed(name="Cached", message=f"found in the store: {entry.folder}", data=run)
+
+
+def track(stage: Stage, run_id: str, run: StageRun, params: Params, prompts: Path | None) -> None:
+    """Log a finished stage to its MLflow run: the numbers of its result, its schedules, prompt sets and artifacts."""
+    from cogrpo.core.schedule import base_knobs, load_schedule
+
+    tracking.set_tags(run_id, {"cache_key": run.key, "cached": str(run.cached).lower()})
+    tracking.log_metrics(run_id, run.result)
+    if "schedule" in stage.params:
+        tracking.log_schedule(run_id, base_knobs(params.schedule).tolist(), "schedule.initial")
+    if (run.out / "schedule.json").is_file() and stage.name == "train":
+        tracking.log_schedule(run_id, load_schedule(run.out / "schedule.json").tolist(), "schedule.learned")
+    if prompts is not None:
+        for split in stage.datasets:
+            tracking.log_prompt_set(run_id, prompts / f"{split}.parquet", split)
+    for path in stage.artifacts:
+        target = run.out / path
+        if target.is_dir():
+            tracking.log_artifacts(run_id, target, "model" if stage.name != "tokenizer" else "tokenizer")
+        elif target.is_file():
+            tracking.log_artifacts_file(run_id, target, "samples")

@@ -1,0 +1,1 @@
+"""Token image generators (backbones) and their text encoders: the embedded MDM and its pretraining."""

@@ -1,0 +1,1 @@
+"""Benchmarks: GenEval-style and DPG-style evaluation of a model under a schedule."""

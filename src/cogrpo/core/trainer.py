@@ -1,0 +1,210 @@
+"""Co-GRPO: one rollout → score → update iteration over the model θ and the schedule policy φ.
+
+`CoGRPO` holds what persists across iterations (θ, the frozen θ_ref, φ, two optimizers) and saves it
+all as safetensors. φ is one schedule policy per trained step count (`train.extra_steps`); iterations
+cycle through the step counts, the model is shared. The mode decides only what is trainable and stochastic:
+  co        θ and φ train; schedule actions are sampled from π_φ
+  model     θ trains; the schedule is the deterministic base (actions 0, φ frozen)
+  schedule  φ trains; θ is frozen
+Randomness of iteration i comes from seeds derived from (train.seed, i), so a resumed run replays
+exactly what an uninterrupted one would have done.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from cogrpo.config import TrainConfig
+from cogrpo.core.batch import GroupedBatch
+from cogrpo.core.grpo import clipped_surrogate, group_advantages, k3_kl, zero_std_fraction
+from cogrpo.backbones.mdm import MDM
+from cogrpo.core.policy import SchedulePolicy
+from cogrpo.core.sampler import Trajectory, sample, trajectory_token_logprobs
+from cogrpo.core.schedule import KNOBS
+
+
+def iteration_generator(seed: int, iteration: int, stream: int) -> torch.Generator:
+    return torch.Generator().manual_seed((seed * 1_000_003 + iteration) * 7 + stream)
+
+
+def draw_prompts(tags: list[str], n: int, generator: torch.Generator) -> torch.Tensor:
+    """n distinct prompt rows, tag-balanced: every tag is equally likely whatever its prompt count
+    (dense DPG-style prompts outnumber each GenEval tag many times over in the training set)."""
+    by_tag: dict[str, list[int]] = {}
+    for i, t in enumerate(tags):
+        by_tag.setdefault(t, []).append(i)
+    groups = [torch.tensor(rows) for _, rows in sorted(by_tag.items())]
+    weights = torch.cat([torch.full((len(g),), 1.0 / len(g)) for g in groups])
+    order = torch.cat(groups)
+    return order[torch.multinomial(weights, min(n, len(order)), replacement=False, generator=generator)]
+
+
+@dataclass
+class Rollout:
+    traj: Trajectory
+    actions: torch.Tensor  # (n, T, 4) schedule actions in pre-activation space
+    sched_logp: torch.Tensor  # (n, T) log π_φ(a_t) at rollout time
+
+
+def _state_to_tensors(prefix: str, state: dict) -> dict[str, torch.Tensor]:
+    """Flatten an optimizer state dict (tensors only) for safetensors."""
+    out = {}
+    for pid, s in state["state"].items():
+        for k, v in s.items():
+            out[f"{prefix}.{pid}.{k}"] = torch.as_tensor(v).clone().contiguous()
+    return out
+
+
+def _tensors_to_state(prefix: str, tensors: dict, template: dict) -> dict:
+    state: dict = {}
+    for key, v in tensors.items():
+        if key.startswith(prefix + "."):
+            _, pid, k = key.split(".", 2)
+            state.setdefault(int(pid), {})[k] = v
+    return {"state": state, "param_groups": template["param_groups"]}
+
+
+class CoGRPO:
+    def __init__(self, model: MDM, base_knobs: torch.Tensor | dict[int, torch.Tensor], cfg: TrainConfig):
+        """base_knobs: the base schedule (T, 4), or one per trained step count, the main one first."""
+        bases = base_knobs if isinstance(base_knobs, dict) else {len(base_knobs): base_knobs}
+        self.cfg = cfg
+        self.model = model
+        self.ref = copy.deepcopy(model).eval().requires_grad_(False)
+        self.policies = nn.ModuleDict({str(T): SchedulePolicy(b, cfg.sigma_init, cfg.sigma_floor)
+                                       for T, b in bases.items()})
+        self.policy = self.policies[str(next(iter(bases)))]  # the main step count's: evaluation and export
+        self.train_model = cfg.mode in ("co", "model")
+        self.train_schedule = cfg.mode in ("co", "schedule")
+        model.requires_grad_(self.train_model)
+        self.policies.requires_grad_(self.train_schedule)
+        self.opt_model = torch.optim.Adam(model.parameters(), lr=cfg.lr_model) if self.train_model else None
+        self.opt_sched = (torch.optim.Adam(self.policies.parameters(), lr=cfg.lr_schedule)
+                          if self.train_schedule else None)
+        self.iteration = 0
+
+    def current_steps(self) -> int:
+        """This iteration's step count: the cycle [main, *extra] indexed by the iteration."""
+        counts = [p.steps for p in self.policies.values()]
+        return counts[self.iteration % len(counts)]
+
+    # ---- rollout -------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def rollout(self, batch: GroupedBatch) -> Rollout:
+        """G trajectories per prompt of the batch, prompt-major."""
+        policy = self.policies[str(self.current_steps())]
+        n, T = batch.trajectories, policy.steps
+        gen = iteration_generator(self.cfg.seed, self.iteration, 1)
+        if self.train_schedule:
+            actions = policy.sample(n, gen)
+            sched_logp = policy.log_prob(actions)
+        else:  # model mode: the deterministic base schedule
+            actions, sched_logp = torch.zeros(n, T, len(KNOBS)), torch.zeros(n, T)
+        seeds = torch.randint(0, 2**62, (n,), generator=gen)
+        self.model.eval()
+        traj = sample(self.model, batch.per_trajectory(batch.text), batch.per_trajectory(batch.text_mask),
+                      policy.knobs(actions), seeds, batch.trajectory_rows())
+        return Rollout(traj, actions, sched_logp)
+
+    # ---- update --------------------------------------------------------------------------------------
+    def update(self, batch: GroupedBatch, ro: Rollout, rewards: torch.Tensor) -> dict:
+        """One GRPO update from the batch's rollout and its rewards (B·G,)."""
+        cfg = self.cfg
+        metrics: dict = {"reward_mean": rewards.mean().item(), "reward_std": rewards.std(unbiased=False).item(),
+                         "zero_std_groups": zero_std_fraction(batch.groups(rewards)), "steps": float(ro.traj.steps)}
+        if not torch.isfinite(rewards).all():
+            self.iteration += 1
+            return metrics | {"skipped": 1.0}
+        adv = group_advantages(batch.groups(rewards), cfg.scale_by_std).flatten()[:, None]
+        emb, mask = batch.per_trajectory(batch.text), batch.per_trajectory(batch.text_mask)
+        T = ro.traj.steps
+        n_steps = max(1, math.ceil(cfg.step_fraction * T))
+        gen = iteration_generator(cfg.seed, self.iteration, 2)
+        skipped = 0
+        for _ in range(cfg.inner_epochs):
+            # one random subset of steps per epoch, shared by the batch, so the recompute is one forward
+            steps = torch.randperm(T, generator=gen)[:n_steps].sort().values
+            loss = torch.zeros(())
+            if self.train_model:  # the token action of a step: every cell it committed, one joint ratio
+                self.model.train()
+                lp_tok, now = trajectory_token_logprobs(self.model, ro.traj, emb, mask, steps)
+                lp = (lp_tok * now).sum(-1)
+                sur = clipped_surrogate(lp, ro.traj.logp[:, steps], adv, cfg.clip_eps)
+                with torch.no_grad():
+                    ref_tok, _ = trajectory_token_logprobs(self.ref, ro.traj, emb, mask, steps)
+                kl = (k3_kl(lp_tok, ref_tok) * now).sum() / now.sum().clamp(min=1)
+                loss = loss + sur.loss + cfg.kl_beta * kl
+                metrics |= {"model/clip_fraction": sur.clip_fraction, "model/ratio_mean": sur.ratio_mean,
+                            "model/kl": kl.item(), "model/loss": sur.loss.item()}
+            if self.train_schedule:
+                lp_s = self.policies[str(T)].log_prob(ro.actions)[:, steps]
+                sur_s = clipped_surrogate(lp_s, ro.sched_logp[:, steps], adv, cfg.clip_eps)
+                loss = loss + sur_s.loss
+                metrics |= {"schedule/clip_fraction": sur_s.clip_fraction, "schedule/ratio_mean": sur_s.ratio_mean,
+                            "schedule/loss": sur_s.loss.item()}
+            if not torch.isfinite(loss):
+                skipped += 1
+                continue
+            for opt in (self.opt_model, self.opt_sched):
+                if opt:
+                    opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.train_model:
+                metrics["model/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm).item()
+                self.opt_model.step()
+            if self.train_schedule:
+                metrics["schedule/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.policies[str(T)].parameters(),
+                                                                               cfg.max_grad_norm).item()
+                self.opt_sched.step()
+        self.model.eval()
+        self.iteration += 1
+        return metrics | {"skipped": float(skipped)} | self.schedule_metrics()
+
+    def schedule_metrics(self) -> dict[str, float]:
+        """Every step's deterministic knob value and action std, e.g. schedule/step3/cfg (main step count)
+        and schedule/T4/step3/cfg (an extra one)."""
+        out = {}
+        for T, policy in self.policies.items():
+            prefix = "schedule/" if policy is self.policy else f"schedule/T{T}/"
+            knobs, std = policy.deterministic_knobs(), policy.std().detach()
+            for t in range(policy.steps):
+                for k, name in enumerate(KNOBS):
+                    out[f"{prefix}step{t + 1}/{name}"] = knobs[t, k].item()
+                    out[f"{prefix}step{t + 1}/{name}_std"] = std[t, k].item()
+        return out
+
+    def learned_schedules(self) -> dict[int, torch.Tensor]:
+        """The deterministic schedule of every trained step count, the main one first."""
+        return {p.steps: p.deterministic_knobs() for p in self.policies.values()}
+
+    # ---- checkpoints ---------------------------------------------------------------------------------
+    def save(self, folder: str | Path) -> None:
+        """Model (+ config.json), frozen reference, schedule policy, optimizers and the iteration."""
+        folder = Path(folder)
+        self.model.save(folder / "model")
+        save_file({k: v.contiguous() for k, v in self.ref.state_dict().items()}, str(folder / "ref.safetensors"))
+        tensors = {f"policy.{k}": v.contiguous() for k, v in self.policies.state_dict().items()}
+        for name, opt in (("opt_model", self.opt_model), ("opt_sched", self.opt_sched)):
+            if opt:
+                tensors |= _state_to_tensors(name, opt.state_dict())
+        save_file(tensors, str(folder / "train_state.safetensors"))
+        (folder / "train_state.json").write_text(json.dumps({"iteration": self.iteration, "mode": self.cfg.mode}))
+
+    def load(self, folder: str | Path) -> None:
+        folder = Path(folder)
+        self.model.load_state_dict(MDM.load(folder / "model").state_dict())
+        self.ref.load_state_dict(load_file(str(folder / "ref.safetensors")))
+        tensors = load_file(str(folder / "train_state.safetensors"))
+        self.policies.load_state_dict({k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")})
+        for name, opt in (("opt_model", self.opt_model), ("opt_sched", self.opt_sched)):
+            if opt:
+                opt.load_state_dict(_tensors_to_state(name, tensors, opt.state_dict()))
+        self.iteration = json.loads((folder / "train_state.json").read_text())["iteration"]

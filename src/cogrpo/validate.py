@@ -1,0 +1,28 @@
+"""Params as every entry point loads them: the schema (`cogrpo.config`) plus the cross-checks that need the
+library, so a run that cannot work fails at load with one line naming the key, before anything is written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cogrpo import config
+from cogrpo.config import Params, ParamsError
+
+
+def cross_check(params: Params, source: str = "params") -> Params:
+    from cogrpo.world.prompts import max_train_prompts
+    from cogrpo.world.scenes import World
+
+    most = max_train_prompts(World(params.world), params.prompts)
+    if params.train.prompts_per_iter > most:
+        raise ParamsError(f"{source}: key 'train.prompts_per_iter': {params.train.prompts_per_iter} exceeds the "
+                          f"at most {most} training prompts this world and prompts section make")
+    return params
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    return cross_check(config.load_params(path), str(path))
+
+
+def with_overrides(params: Params, overrides: dict[str, object], source: str = "overrides") -> Params:
+    return cross_check(config.with_overrides(params, overrides, source), source)

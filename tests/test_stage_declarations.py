@@ -1,0 +1,98 @@
+"""Every stage declared once (flows/stages.py): dvc.yaml is generated from the declarations, and the code a stage
+depends on is what it imports, so editing a function deep in the library marks exactly the stages that use it —
+in `dvc status` and in the store's cache keys alike."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+USES_SAMPLER = {"baseline", "schedule_sweep", "train", "evaluate"}  # masked_counts → sampler → these stages
+
+
+def test_dvc_yaml_is_what_the_declarations_generate():
+    from pipelines.dvc_yaml import render
+
+    assert (ROOT / "dvc.yaml").read_text() == render(), "run `python -m pipelines.dvc_yaml`"
+
+
+def test_every_stage_of_dvc_yaml_is_a_declared_stage_in_the_flow_order():
+    import yaml
+
+    from flows.stages import STAGES
+
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    assert list(stages) == list(STAGES)
+    for name, spec in stages.items():
+        assert spec["cmd"] == f"python -m pipelines.stage {name}"
+        assert f"tasks/{STAGES[name].work.__module__.split('.')[-1]}.py" in spec["deps"] or name == "train"
+
+
+def _project_copy(tmp_path: Path) -> Path:
+    """The project's code, dvc.yaml and params.yaml in a fresh folder."""
+    work = tmp_path / "project"
+    files = [f for folder in ("src", "tasks", "flows", "pipelines", "adapters") for f in (ROOT / folder).rglob("*.py")]
+    for f in files + [ROOT / "dvc.yaml", ROOT / "params.yaml"]:
+        (work / f.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(f, work / f.relative_to(ROOT))
+    return work
+
+
+def _edit_masked_counts(work: Path) -> None:
+    path = work / "src/cogrpo/core/schedule.py"
+    text = path.read_text()
+    assert "def masked_counts(" in text
+    path.write_text(text.replace("    n, T = ratios.shape\n", "    n, T = ratios.shape  # edited\n", 1))
+
+
+def _store_keys(work: Path) -> dict[str, str]:
+    from adapters.code_deps import code_hash
+    from adapters.store import params_key, stage_key
+    from cogrpo.config import Params
+    from flows.stages import STAGES
+
+    code_hash.cache_clear()
+    params, inputs = Params(), {}
+    (work / "input").mkdir(exist_ok=True)
+    (work / "input/file").write_text("fixed")
+    return {name: stage_key(name, params_key(params, s.params), {k: work / "input" for k in s.inputs}, s.modules,
+                            root=work)
+            for name, s in STAGES.items()}
+
+
+def test_editing_a_library_function_marks_exactly_the_stages_that_use_it_in_the_store(tmp_path):
+    work = _project_copy(tmp_path)
+    before = _store_keys(work)
+    _edit_masked_counts(work)
+    after = _store_keys(work)
+    assert {name for name in before if before[name] != after[name]} == USES_SAMPLER
+
+
+@pytest.mark.timeout(300)
+def test_editing_a_library_function_marks_exactly_the_stages_that_use_it_in_dvc_status(tmp_path):
+    import json
+
+    import yaml
+
+    work = _project_copy(tmp_path)
+    env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    run = lambda *cmd: subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)  # noqa: E731
+    assert run("git", "init", "-q").returncode == 0 and run("dvc", "init", "-q").returncode == 0
+    stages = yaml.safe_load((work / "dvc.yaml").read_text())["stages"]
+    for spec in stages.values():  # stand-in outputs, so DVC can record every stage as done
+        for out in spec.get("outs", []):
+            (work / next(iter(out)) / "x").parent.mkdir(parents=True, exist_ok=True)
+            (work / next(iter(out)) / "x").write_text("x")
+        for entry in spec.get("metrics", []) + spec.get("plots", []):
+            (work / next(iter(entry))).parent.mkdir(parents=True, exist_ok=True)
+            (work / next(iter(entry))).write_text("{}")
+    committed = run("dvc", "commit", "-f", "-q")
+    assert committed.returncode == 0, committed.stderr
+    assert json.loads(run("dvc", "status", "--json").stdout) == {}
+    _edit_masked_counts(work)
+    changed = json.loads(run("dvc", "status", "--json").stdout)
+    assert set(changed) == USES_SAMPLER
