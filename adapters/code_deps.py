@@ -1,7 +1,8 @@
 """The project code a stage depends on, computed from what its module imports.
 
-A stage's code is the transitive closure of project imports (module level and inside functions) from its
-module, restricted to the packages that compute results: the library `cogrpo`, `tasks` and `flows`.
+A stage's code is the transitive closure of project imports (module level and inside functions, and modules
+named in strings as `importlib` takes them, "cogrpo.rewards.checker:strict") from its module, restricted to
+the packages that compute results: the library `cogrpo`, `tasks` and `flows`.
 `adapters` (logging, caching, progress) and `pipelines` (entry points) never change a result and stay out,
 so editing them reruns nothing. Both `dvc.yaml`'s deps and the store's cache key derive from this list.
 """
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+_NAMED = re.compile(r"^(cogrpo|tasks|flows)(\.\w+)+(:\w+)?$")
 PACKAGES = {"cogrpo": Path("src/cogrpo"), "tasks": Path("tasks"), "flows": Path("flows")}
 
 
@@ -43,6 +46,8 @@ def _imported(path: Path, module: str, root: Path) -> set[str]:
                 base = ".".join(parent + ([base] if base else []))
             names.add(base)
             names |= {f"{base}.{a.name}" for a in node.names}  # `from pkg import module`
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _NAMED.match(node.value):
+            names.add(node.value.partition(":")[0])  # imported later by name (a registry entry)
     out = set()
     for name in names:
         parts = name.split(".")

@@ -1,7 +1,8 @@
 """Environment defaults of every entry point, in one place: no hub downloads, no telemetry.
 
-Entry points (`pipelines/*`, `bench/*`, the test suite's conftest) call `apply_defaults()` before they import
-Prefect, MLflow or transformers, which read these variables at import. A variable the user has set wins.
+Entry points (`pipelines/*`, the bench scripts that run flows, the test suite's conftest) call `apply_defaults()`
+before they import Prefect, MLflow or transformers, which read these variables at import. A variable the user
+has set wins.
 Prefect's own settings (its home folder, analytics off) live in prefect.toml.
 """
 

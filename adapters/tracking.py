@@ -156,7 +156,11 @@ def log_metrics(run_id: str, metrics: dict, step: int | None = None, prefix: str
     """The numbers of a (nested) dict, in batches: one store transaction per 1,000, not one per metric.
     Lists (curves such as a stage's history) are not metrics and are skipped."""
     now = int(time.time() * 1000)
-    metrics = {k: v for k, v in metrics.items() if not isinstance(v, list)}
+
+    def numbers(d: dict) -> dict:
+        return {k: numbers(v) if isinstance(v, dict) else v for k, v in d.items() if not isinstance(v, list)}
+
+    metrics = numbers(metrics)
     items = [Metric(k, float(v), now, step or 0) for k, v in flatten(metrics, prefix).items()
              if isinstance(v, (int, float)) and not isinstance(v, bool)]
     client = MlflowClient()

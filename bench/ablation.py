@@ -14,6 +14,7 @@ Usage: python bench/ablation.py [--seeds 0 1] [--modes model schedule co] [--ste
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -21,10 +22,9 @@ from pathlib import Path
 
 import torch
 
-from cogrpo.config import TrainConfig
 from cogrpo.core.schedule import load_schedule, resolve_schedule
-from cogrpo.io import write_json, write_text_atomic
-from cogrpo.validate import load_params
+from cogrpo.io import content_hash, write_json, write_text_atomic
+from cogrpo.validate import load_params, with_overrides
 
 SPLITS = {"heldout": "data/prompts/eval_heldout.parquet", "seen": "data/prompts/eval_seen.parquet"}
 
@@ -84,11 +84,10 @@ def main() -> None:
     apply_defaults()
     from flows.train import train
 
-    params = load_params()
-    train_cfg = TrainConfig.model_validate(params.train.model_dump() | json.loads(args.train))
-    params = params.model_copy(update={"train": train_cfg})
+    overrides = {f"train.{k}": v for k, v in json.loads(args.train).items()}
     if args.train_steps:
-        params = params.model_copy(update={"schedule": params.schedule.model_copy(update={"steps": args.train_steps})})
+        overrides["schedule.steps"] = args.train_steps
+    params = with_overrides(load_params(), overrides, "--train/--train-steps")
     torch.set_num_threads(params.pretrain.threads)
     report: dict = {"train_steps": params.schedule.steps, "iterations": params.train.iterations,
                     "rollouts_per_run": params.train.iterations * params.train.prompts_per_iter * params.train.group_size,
@@ -98,8 +97,10 @@ def main() -> None:
     for seed in args.seeds:  # seed-major: an interrupted ablation still holds every mode once
         for mode in args.modes:
             name = f"{mode}-s{seed}"
-            p = params.model_copy(update={"train": params.train.model_copy(update={"mode": mode, "seed": seed})})
-            folder = Path("runs/ablation", Path(args.out).name, name)
+            p = with_overrides(params, {"train.mode": mode, "train.seed": seed}, name)
+            # the run's folder is named by what it trains from and with, so a rerun never resumes a foreign run
+            identity = hashlib.sha256((content_hash("models/base") + p.model_dump_json()).encode()).hexdigest()[:12]
+            folder = Path("runs/ablation", Path(args.out).name, f"{name}-{identity}")
             run_dir, out_dir = folder / "run", folder / "model"
             inputs = {"prompts": Path("data/prompts"), "tokenizer": Path("models/tokenizer"), "model": Path("models/base")}
             run_dir.mkdir(parents=True, exist_ok=True)

@@ -1,1 +1,2 @@
-"""Prefect flows composing the tasks: data preparation, pretraining, evaluation, the whole pipeline."""
+"""Prefect flows: the stage declarations (stages.py), the Co-GRPO training loop (train.py), and the flows a user
+runs — the whole pipeline, one DVC stage, one model's benchmark (pipeline.py)."""

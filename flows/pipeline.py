@@ -42,8 +42,9 @@ def resolve_params(params_file: str, mode: Mode | None = None, steps: int | None
 def _run_stage(stage: Stage, params: Params, inputs: dict[str, Path], root: str, parent: str | None) -> StageRun:
     """One stage in its own MLflow run: the stage task, then what it made logged."""
     dumped = params.model_dump()
+    sections = {s.partition(".")[0] for s in stage.params + stage.describe}
     with tracking.run(stage.name, {"stage": stage.name, "mode": params.train.mode}, parent_id=parent,
-                      params={s: dumped[s] for s in stage.params}) as run_id:
+                      params={s: dumped[s] for s in sorted(sections)}) as run_id:
         run = stage_task(stage.name, params, inputs, root, run_id, return_state=True).result()
         prompts = inputs.get("prompts", run.out if stage.name == "prompts" else None)
         track(stage, run_id, run, params, prompts)

@@ -66,14 +66,16 @@ def _learned_schedule(result: dict, out: Path) -> str:
 class Stage:
     name: str
     work: Callable  # (params, inputs: {argument: folder}, out: folder, ctx: StageContext) → JSON-able result
-    params: tuple[str, ...]  # params.yaml sections it reads
+    params: tuple[str, ...]  # params.yaml sections (or single dotted fields) it reads
     inputs: dict[str, str] = field(default_factory=dict)  # argument → the stage whose output folder it reads
     out: str | None = None  # workspace folder DVC tracks (None: the stage's result is all it makes)
     metrics: dict[str, Callable[[dict, Path], str]] = field(default_factory=dict)  # file → view(result, out)
     plots: dict[str, dict] = field(default_factory=dict)  # metrics file → DVC plot options
     datasets: tuple[str, ...] = ()  # prompt sets it uses (logged to MLflow as dataset inputs)
-    artifacts: tuple[str, ...] = ()  # paths inside out logged to MLflow ("" = the whole folder)
+    artifacts: dict[str, str] = field(default_factory=dict)  # path inside out ("" = all) → MLflow artifact folder
     resume_varies: tuple[str, ...] | None = None  # resumable: fields a run may change and still resume
+    describe: tuple[str, ...] = ()  # more params sections logged with its MLflow run, for comparing runs
+    metric_prefix: str = ""  # its result's metrics are logged as <prefix>.<name> (default: the stage's name)
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -81,31 +83,34 @@ class Stage:
 
 
 _EVAL = {"prompts": "prompts", "tokenizer": "tokenizer"}
+THREADS = "pretrain.threads"  # torch's CPU threads: float reductions, so results, may depend on them
 STAGES: dict[str, Stage] = {s.name: s for s in [
     Stage("prompts", write_prompt_sets, ("world", "prompts"), out="data/prompts",
           metrics={"metrics/prompts.json": lambda r, out: _json(r)}, datasets=("train", "eval_heldout", "eval_seen")),
     Stage("tokenizer", train_tokenizer, ("world", "tokenizer"), {"prompts": "prompts"}, out="models/tokenizer",
-          metrics={"metrics/tokenizer.json": lambda r, out: _json(r)}, artifacts=("",)),
+          metrics={"metrics/tokenizer.json": lambda r, out: _json(r)}, artifacts={"": "tokenizer"}),
     Stage("pretrain", pretrain_model, ("world", "model", "pretrain"), {"prompts": "prompts", "tokenizer": "tokenizer"},
-          out="models/base", artifacts=("",), datasets=("train",),
+          out="models/base", artifacts={"": "model"}, datasets=("train",),
           metrics={"metrics/pretrain.json": lambda r, out: _json({"final_loss": r["final_loss"], "steps": r["steps"]}),
                    "metrics/pretrain_loss.csv": _pretrain_loss},
           plots={"metrics/pretrain_loss.csv": {"x": "step", "y": "loss", "title": "Pretraining loss"}}),
-    Stage("baseline", evaluate_model, ("world", "schedule", "eval"), _EVAL | {"model": "pretrain"},
-          out="outputs/baseline", artifacts=("grid.png",), datasets=("eval_heldout", "eval_seen"),
+    Stage("baseline", evaluate_model, ("world", "schedule", "eval", THREADS), _EVAL | {"model": "pretrain"},
+          out="outputs/baseline", artifacts={"grid.png": "samples"}, datasets=("eval_heldout", "eval_seen"),
           metrics={"metrics/baseline.json": lambda r, out: _json(r["heldout"]),
                    "metrics/baseline_seen.json": lambda r, out: _json(r["seen"])}),
-    Stage("schedule_sweep", schedule_sweep, ("world", "schedule", "eval", "sweep"), _EVAL | {"model": "pretrain"},
+    Stage("schedule_sweep", schedule_sweep, ("world", "schedule", "eval", "sweep", THREADS),
+          _EVAL | {"model": "pretrain"},
           metrics={"metrics/schedule_sweep.json": lambda r, out: _json(r)}, datasets=("eval_heldout",)),
-    Stage("train", train_stage, ("world", "schedule", "train"), {"prompts": "prompts", "tokenizer": "tokenizer",
-                                                           "model": "pretrain"},
-          out="models/trained", artifacts=("",), datasets=("train",), resume_varies=("train.iterations",),
+    Stage("train", train_stage, ("world", "schedule", "train", THREADS), {"prompts": "prompts", "tokenizer": "tokenizer",
+                                                                   "model": "pretrain"},
+          out="models/trained", artifacts={"": "model"}, datasets=("train",), resume_varies=("train.iterations",),
           metrics={"metrics/train.json": _train_summary,
                    "metrics/train_history.csv": lambda r, out: _train_curves(r).write_csv(),
                    "metrics/learned_schedule.json": _learned_schedule},
           plots={"metrics/learned_schedule.json": {}, "metrics/train_history.csv": {}}),
-    Stage("evaluate", evaluate_model, ("world", "schedule", "eval"), _EVAL | {"model": "train"},
-          out="outputs/eval", artifacts=("grid.png",), datasets=("eval_heldout", "eval_seen"),
+    Stage("evaluate", evaluate_model, ("world", "schedule", "eval", THREADS), _EVAL | {"model": "train"},
+          out="outputs/eval", artifacts={"grid.png": "samples"}, datasets=("eval_heldout", "eval_seen"),
+          describe=("train",), metric_prefix="eval",
           metrics={"metrics/eval.json": lambda r, out: _json(r["heldout"]),
                    "metrics/eval_seen.json": lambda r, out: _json(r["seen"])}),
 ]}
@@ -165,7 +170,7 @@ def track(stage: Stage, run_id: str, run: StageRun, params: Params, prompts: Pat
     from cogrpo.core.schedule import base_knobs, load_schedule
 
     tracking.set_tags(run_id, {"cache_key": run.key, "cached": str(run.cached).lower()})
-    tracking.log_metrics(run_id, run.result)
+    tracking.log_metrics(run_id, {stage.metric_prefix or stage.name: run.result})
     if "schedule" in stage.params:
         tracking.log_schedule(run_id, base_knobs(params.schedule).tolist(), "schedule.initial")
     if (run.out / "schedule.json").is_file() and stage.name == "train":
@@ -173,9 +178,9 @@ def track(stage: Stage, run_id: str, run: StageRun, params: Params, prompts: Pat
     if prompts is not None:
         for split in stage.datasets:
             tracking.log_prompt_set(run_id, prompts / f"{split}.parquet", split)
-    for path in stage.artifacts:
+    for path, folder in stage.artifacts.items():
         target = run.out / path
         if target.is_dir():
-            tracking.log_artifacts(run_id, target, "model" if stage.name != "tokenizer" else "tokenizer")
+            tracking.log_artifacts(run_id, target, folder)
         elif target.is_file():
-            tracking.log_artifacts_file(run_id, target, "samples")
+            tracking.log_artifacts_file(run_id, target, folder)

@@ -2,8 +2,9 @@
 
 The loop reads top to bottom here, over a `TrainingSession` (tasks/train.py) that owns the trainer, the text
 encoder, the reward function and the prompts; each step of an iteration is a Prefect task, so the UI shows
-every iteration. Checkpoints (every `train.checkpoint_every` iterations and at the end) are the only writes
-before the export; a rerun resumes from the newest good one and replays the same seeds, bit for bit.
+every iteration. State reaches disk at checkpoints (every `train.checkpoint_every` iterations and at the end;
+besides them only an append-only metrics log); a rerun resumes from the newest good checkpoint and replays the
+same seeds, bit for bit.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@
     python -m pipelines.compare --by params.train.seed --params train.lr_schedule \\
         --metrics eval.heldout.geneval.overall eval.heldout.geneval.counting --plot reports/compare_seeds.png
 
-By default the rows are the runs that logged `eval.*`: the Prefect flow's parent runs `pipeline` and the
-DVC stage's runs `evaluate` (also under `dvc exp run`), which log the same metric names. The plot shows each metric's mean per value of --by, with
+By default the rows are the runs that logged `eval.*`: the Prefect flow's parent runs `pipeline` (not their
+nested `evaluate` runs, which say the same) and the DVC stage's runs `evaluate` (also under `dvc exp run`),
+which log the same metric names. The plot shows each metric's mean per value of --by, with
 every run as a dot, so seed spread is visible next to the difference between groups.
 """
 
@@ -33,9 +34,13 @@ def runs_table(filter_string: str, params: list[str], metrics: list[str]) -> pl.
     if exp is None:
         return pl.DataFrame()
     rows = []
-    for run in client.search_runs([exp.experiment_id], filter_string, order_by=["attributes.start_time ASC"],
-                                  max_results=5000):
+    found = client.search_runs([exp.experiment_id], filter_string, order_by=["attributes.start_time ASC"],
+                               max_results=5000)
+    ids = {run.info.run_id for run in found}
+    for run in found:
         d = run.data
+        if d.tags.get("mlflow.parentRunId") in ids:  # a pipeline's stage run: its parent row says the same
+            continue
         rows.append({"run": run.info.run_id[:8], "name": d.tags.get("mlflow.runName", ""),
                      "status": run.info.status, "commit": d.tags.get("git_commit", "")[:7]}
                     | {p: d.params.get(p) for p in params} | {m: d.metrics.get(m) for m in metrics})

@@ -2,10 +2,11 @@
 
 `TrainingSession` owns everything a run holds between iterations: the trainer (θ, θ_ref, φ, optimizers), the
 text encoder, the tokenizer that decodes tokens to images, the reward function and the training prompts. It
-lives in the process that runs the loop (flows/train.py); nothing crosses a file per iteration. Disk sees
-the run only at checkpoints, under the session's state folder:
+lives in the process that runs the loop (flows/train.py); nothing is written and read back between the steps
+of an iteration. The session's state folder holds:
     <state_dir>/checkpoints/<iteration>/   model, reference, schedule policy, optimizers, history (manifest last)
-    <state_dir>/history.jsonl              one line of metrics per iteration since the last checkpoint
+    <state_dir>/history.jsonl              an append-only log of every iteration's metrics, for the eye (tail it);
+                                           never read back: a resumed run takes its history from the checkpoint
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class TrainingSession:
         terms = [(t.name, t.weight, t.normalize) for t in cfg.rewards]
         self.reward = combine(terms + [("strict", 0.0, False)], World(params.world))  # strict: accuracy per tag
         self.state_dir = state_dir
+        state_dir.mkdir(parents=True, exist_ok=True)
         self.history: list[dict] = []
         ckpt = checkpoints.latest_good(state_dir / "checkpoints", cfg.iterations, warn)
         if ckpt is not None:
@@ -101,6 +103,9 @@ class TrainingSession:
         return image_grid(self.tokenizer.decode(traj.tokens), cols=2 * samples)
 
     def save_checkpoint(self) -> Path:
+        """A diverged model (NaN or inf weights) stops the run here, before it can become a checkpoint."""
+        checkpoints.require_finite(self.trainer.model.state_dict().items(), f"iteration {self.iteration}'s model")
+
         def fill(folder: Path) -> None:
             self.trainer.save(folder)
             (folder / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in self.history))

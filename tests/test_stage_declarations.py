@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-USES_SAMPLER = {"baseline", "schedule_sweep", "train", "evaluate"}  # masked_counts → sampler → these stages
+EDITS = [  # (file, the stages that use it)
+    ("src/cogrpo/core/schedule.py", {"baseline", "schedule_sweep", "train", "evaluate"}),  # masked_counts → sampler
+    ("src/cogrpo/rewards/checker.py", {"train"}),  # imported by name through the reward registry
+]
 
 
 def test_dvc_yaml_is_what_the_declarations_generate():
@@ -42,11 +45,13 @@ def _project_copy(tmp_path: Path) -> Path:
     return work
 
 
-def _edit_masked_counts(work: Path) -> None:
-    path = work / "src/cogrpo/core/schedule.py"
+def _edit(work: Path, file: str) -> None:
+    """Change one line deep inside the file (in schedule.py: inside masked_counts)."""
+    path = work / file
     text = path.read_text()
-    assert "def masked_counts(" in text
-    path.write_text(text.replace("    n, T = ratios.shape\n", "    n, T = ratios.shape  # edited\n", 1))
+    line = "    n, T = ratios.shape\n" if file.endswith("schedule.py") else "    checker = Checker(world)\n"
+    assert line in text
+    path.write_text(text.replace(line, line.rstrip("\n") + "  # edited\n", 1))
 
 
 def _store_keys(work: Path) -> dict[str, str]:
@@ -64,16 +69,18 @@ def _store_keys(work: Path) -> dict[str, str]:
             for name, s in STAGES.items()}
 
 
-def test_editing_a_library_function_marks_exactly_the_stages_that_use_it_in_the_store(tmp_path):
+@pytest.mark.parametrize("file, users", EDITS)
+def test_editing_a_library_function_marks_exactly_the_stages_that_use_it_in_the_store(tmp_path, file, users):
     work = _project_copy(tmp_path)
     before = _store_keys(work)
-    _edit_masked_counts(work)
+    _edit(work, file)
     after = _store_keys(work)
-    assert {name for name in before if before[name] != after[name]} == USES_SAMPLER
+    assert {name for name in before if before[name] != after[name]} == users
 
 
 @pytest.mark.timeout(300)
-def test_editing_a_library_function_marks_exactly_the_stages_that_use_it_in_dvc_status(tmp_path):
+@pytest.mark.parametrize("file, users", EDITS)
+def test_editing_a_library_function_marks_exactly_the_stages_that_use_it_in_dvc_status(tmp_path, file, users):
     import json
 
     import yaml
@@ -93,6 +100,6 @@ def test_editing_a_library_function_marks_exactly_the_stages_that_use_it_in_dvc_
     committed = run("dvc", "commit", "-f", "-q")
     assert committed.returncode == 0, committed.stderr
     assert json.loads(run("dvc", "status", "--json").stdout) == {}
-    _edit_masked_counts(work)
+    _edit(work, file)
     changed = json.loads(run("dvc", "status", "--json").stdout)
-    assert set(changed) == USES_SAMPLER
+    assert set(changed) == users

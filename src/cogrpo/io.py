@@ -17,11 +17,26 @@ import polars as pl
 from cogrpo.errors import InputError
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Yield a scratch folder that replaces `path` only when the block succeeds."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    if path.parent.is_dir():  # scratch left by processes that died half-way (kill -9) is removed here
+        for stale in path.parent.glob(".*.tmp-*"):
+            pid = stale.name.rpartition("-")[2]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(stale, ignore_errors=True)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
@@ -100,20 +115,31 @@ def exclusive(folder: str | Path) -> Iterator[None]:
     The OS drops the lock when its process dies, so a killed run never leaves the folder locked."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "a+") as fh:
+    lock = folder / ".lock"
+    while True:
+        fh = open(lock, "a+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             fh.seek(0)
-            raise InputError(f"{folder}: in use by another run (pid {fh.read().strip() or '?'}); "
+            holder = fh.read().strip() or "?"
+            fh.close()
+            raise InputError(f"{folder}: in use by another run (pid {holder}); "
                              "give this run its own output folder") from None
+        try:  # the holder before us may have removed the file we locked: then lock the new one
+            if os.fstat(fh.fileno()).st_ino == os.stat(lock).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        fh.close()
+    with fh:
         fh.truncate(0)
         fh.write(str(os.getpid()))
         fh.flush()
         try:
             yield
-        finally:  # still holding the lock, so nobody else can own it between these two lines
-            (folder / ".lock").unlink(missing_ok=True)
+        finally:  # removed while still held: a process that opened the old file sees it gone and retries
+            lock.unlink(missing_ok=True)
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

@@ -1,5 +1,6 @@
-"""Params as every entry point loads them: the schema (`cogrpo.config`) plus the cross-checks that need the
-library, so a run that cannot work fails at load with one line naming the key, before anything is written."""
+"""Params as every entry point loads them: the schema (`cogrpo.config`) plus the checks that need the library
+(reward names from the registry, the training set's size), so a run that cannot work fails at load with one
+line naming the key, before anything is written."""
 
 from __future__ import annotations
 
@@ -10,8 +11,14 @@ from cogrpo.config import Params, ParamsError
 
 
 def cross_check(params: Params, source: str = "params") -> Params:
+    from cogrpo.rewards import REGISTRY
     from cogrpo.world.prompts import max_train_prompts
     from cogrpo.world.scenes import World
+
+    for i, term in enumerate(params.train.rewards):
+        if term.name not in REGISTRY:
+            raise ParamsError(f"{source}: key 'train.rewards.{i}.name': unknown reward '{term.name}' "
+                              f"(known: {', '.join(sorted(REGISTRY))})")
 
     most = max_train_prompts(World(params.world), params.prompts)
     if params.train.prompts_per_iter > most:
