@@ -68,6 +68,11 @@ class Entry:
     def result(self) -> dict:
         return json.loads((self.folder / "result.json").read_text())
 
+    def made_by(self) -> dict:
+        """Where the entry came from (the MLflow run that computed it), when known."""
+        path = self.folder / "made_by.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
+
 
 class Store:
     def __init__(self, root: str | Path = "runs"):
@@ -85,12 +90,14 @@ class Store:
             fcntl.flock(fh, fcntl.LOCK_EX)
             yield
 
-    def compute(self, entry: Entry, work: Callable[[Path], dict]) -> dict:
-        """Run work(out folder) → result into the entry, atomically: a crash leaves no half entry."""
+    def compute(self, entry: Entry, work: Callable[[Path], dict], made_by: dict | None = None) -> dict:
+        """Run work(out folder) → result into the entry, atomically: a crash leaves no half entry. `made_by`
+        records where it came from (not part of the result)."""
         with atomic_dir(entry.folder) as tmp:
             (tmp / "out").mkdir()
             result = work(tmp / "out")
             (tmp / "result.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+            (tmp / "made_by.json").write_text(json.dumps(made_by or {}))
             write_manifest(tmp)
         return result
 

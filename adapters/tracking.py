@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,8 +147,12 @@ def log_schedule(run_id: str, knobs: list[list[float]], prefix: str) -> None:
 def log_prompt_set(run_id: str, path: str | Path, context: str) -> None:
     """A prompt parquet file as an MLflow dataset input (name, digest, source path, schema)."""
     path = Path(path)
+    from mlflow.data.dataset_source_registry import get_registered_sources
+
+    # the class itself: a plain path string is ambiguous to MLflow (two local sources register) and warns
+    local = next(s for s in get_registered_sources() if s.__name__ == "LocalArtifactDatasetSource")
     df = pl.read_parquet(path).select("prompt", "tag")
-    dataset = mlflow.data.from_polars(df, source=str(path), name=path.stem)
+    dataset = mlflow.data.from_polars(df, source=local(str(path)), name=path.stem)
     MlflowClient().log_inputs(run_id, [DatasetInput(dataset._to_mlflow_entity(),
                                                     [InputTag("mlflow.data.context", context)])])
 
@@ -174,6 +179,17 @@ def log_image(run_id: str, image, name: str) -> None:
 
 def log_artifacts(run_id: str, folder: str | Path, artifact_path: str) -> None:
     MlflowClient().log_artifacts(run_id, str(folder), artifact_path)
+
+
+def log_results_table(run_id: str, results_jsonl: str | Path) -> None:
+    """GenEval results rows (one per image) as an MLflow table: filterable by tag, verdict and reason in the UI."""
+    import json
+
+    rows = [json.loads(line) for line in Path(results_jsonl).read_text().splitlines()]
+    columns = [c for c in rows[0] if c != "metadata"] if rows else []
+    with warnings.catch_warnings():  # MLflow's own pandas call warns about pandas 3 dtypes; nothing for us to do
+        warnings.simplefilter("ignore")
+        MlflowClient().log_table(run_id, {c: [r[c] for r in rows] for c in columns}, "results.json")
 
 
 def log_artifacts_file(run_id: str, file: str | Path, artifact_path: str) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prefect import flow
+from prefect.states import Failed
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
@@ -25,9 +26,10 @@ from adapters.progress import run_logger
 from adapters.store import materialize
 from cogrpo.config import Params
 from cogrpo.core.schedule import KNOBS, load_schedule, resolve_schedule
-from cogrpo.io import write_text_atomic
+from cogrpo.errors import InputError
+from cogrpo.io import write_bytes_atomic, write_text_atomic
 from cogrpo.validate import load_params, with_overrides
-from flows.stages import STAGES, Stage, StageRun, stage_task, track
+from flows.stages import STAGES, Stage, StageRun, locate, stage_task, track
 
 Mode = Literal["co", "model", "schedule"]
 
@@ -39,15 +41,43 @@ def resolve_params(params_file: str, mode: Mode | None = None, steps: int | None
                           | (overrides or {}))
 
 
+def run_label(params: Params) -> str:
+    """What a run is, in a few words: "co · seed 0 · 8 steps"."""
+    return f"{params.train.mode} · seed {params.train.seed} · {params.schedule.steps} steps"
+
+
+def stage_label(name: str, params: Params) -> str:
+    """A stage run's name: the stage and what distinguishes its result ("train · co · seed 0 · 8 steps")."""
+    if name == "train":
+        return f"train · {run_label(params)}"
+    if name in ("baseline", "evaluate", "schedule_sweep"):
+        return f"{name} · {params.schedule.steps} steps"
+    return name
+
+
 def _run_stage(stage: Stage, params: Params, inputs: dict[str, Path], root: str, parent: str | None) -> StageRun:
-    """One stage in its own MLflow run: the stage task, then what it made logged."""
+    """One stage: the stage task in its own MLflow run, then what it made logged. A stage found in the store adds
+    no MLflow run and uploads nothing: the parent run (if any) links to the run that computed it."""
+    label = stage_label(stage.name, params)
+    task = stage_task.with_options(task_run_name=label)
+    entry = locate(stage.name, params, inputs, root)
+    if entry.done():
+        run = task(stage.name, params, inputs, root, None, return_state=True).result()
+        made = entry.made_by().get("mlflow_run_id")
+        if parent:
+            tracking.set_tags(parent, {f"stage.{stage.name}.cached": "true"}
+                              | ({f"stage.{stage.name}.mlflow_run": made} if made else {}))
+        run_logger().info(f"{label}: found in the store ({entry.folder}), computed by MLflow run {made or '?'}")
+        return run
     dumped = params.model_dump()
     sections = {s.partition(".")[0] for s in stage.params + stage.describe}
-    with tracking.run(stage.name, {"stage": stage.name, "mode": params.train.mode}, parent_id=parent,
+    with tracking.run(label, {"stage": stage.name, "mode": params.train.mode}, parent_id=parent,
                       params={s: dumped[s] for s in sorted(sections)}) as run_id:
-        run = stage_task(stage.name, params, inputs, root, run_id, return_state=True).result()
+        run = task(stage.name, params, inputs, root, run_id, return_state=True).result()
         prompts = inputs.get("prompts", run.out if stage.name == "prompts" else None)
         track(stage, run_id, run, params, prompts)
+    if parent:
+        tracking.set_tags(parent, {f"stage.{stage.name}.mlflow_run": run_id})
     return run
 
 
@@ -81,16 +111,44 @@ def _results_artifact(runs: dict[str, StageRun]) -> None:
     run_logger().info("results: " + "; ".join(lines) + "; outputs under " + str(Path(next(iter(runs.values())).entry).parents[1]))
 
 
-@flow(name="pipeline")
+def _bad_parameters(err: Exception):
+    """The run fails with one line in its log, naming the parameter, and no traceback."""
+    run_logger().error(f"bad parameters: {err}")
+    return Failed(message=f"bad parameters: {err}")
+
+
+def _pipeline_run_name() -> str:
+    p = flow_run.parameters
+    try:
+        return "pipeline · " + run_label(resolve_params(p.get("params_file", "params.yaml"), p.get("mode"),
+                                                        p.get("steps"), p.get("seed"), p.get("overrides")))
+    except (InputError, FileNotFoundError):
+        return "pipeline · bad parameters"
+
+
+@flow(name="pipeline", flow_run_name=_pipeline_run_name)
 def pipeline(params_file: str = "params.yaml", mode: Mode | None = None, steps: int | None = None,
-             seed: int | None = None, overrides: dict[str, Any] | None = None, root: str = "runs") -> dict:
-    """Run (or find in the store) every stage. mode, steps (inference steps) and seed override params_file;
-    `overrides` sets any other key, dotted: {"train.lr_schedule": 0.3}."""
-    params = resolve_params(params_file, mode, steps, seed, overrides)
+             seed: int | None = None, overrides: dict[str, Any] | None = None, root: str = "runs"):
+    """The whole experiment: every stage run, or found done in the store (shared with `dvc repro`).
+
+    Args:
+        params_file: the params file every other field starts from, relative to the working folder.
+        mode: what Co-GRPO trains: co (model and schedule), model, or schedule. Empty: train.mode of params_file.
+        steps: inference steps T of the schedule. Empty: schedule.steps of params_file.
+        seed: the training seed. Empty: train.seed of params_file.
+        overrides: any other params key, dotted, with its value, e.g. {"train.lr_schedule": 0.3, "train.iterations":
+            20}. Empty: none.
+        root: the folder of the stage store and the training folders, relative to the working folder.
+    """
+    try:
+        params = resolve_params(params_file, mode, steps, seed, overrides)
+    except (InputError, FileNotFoundError) as err:
+        return _bad_parameters(err)
     tracking.setup()
     tracking.fail_dead_runs()
     runs: dict[str, StageRun] = {}
-    with tracking.run("pipeline", {"mode": params.train.mode, "prefect_flow_run": str(flow_run.id)},
+    with tracking.run(f"pipeline · {run_label(params)}", {"mode": params.train.mode,
+                                                          "prefect_flow_run": str(flow_run.id)},
                       params=params.model_dump()) as parent:
         for stage in STAGES.values():
             inputs = {arg: runs[src].out for arg, src in stage.inputs.items()}
@@ -123,24 +181,40 @@ def stage(name: str, params_file: str = "params.yaml", root: str = "runs") -> di
         materialize(run.out, Path(spec.out))
     for path, view in spec.metrics.items():
         write_text_atomic(path, view(run.result, run.out))
+    for path, image in spec.images.items():
+        write_bytes_atomic(path, image(run.result, run.out, params))
     if name in ("baseline", "evaluate"):
         _results_artifact({name: run})
     return run.result
 
 
-@flow(name="benchmark")
+@flow(name="benchmark", flow_run_name="benchmark · {model_dir}")
 def benchmark(model_dir: str = "models/trained", schedule_file: str | None = "models/trained/schedule.json",
               prompts_file: str = "data/prompts/eval_heldout.parquet", tokenizer_dir: str = "models/tokenizer",
               steps: int | None = None, params_file: str = "params.yaml",
               overrides: dict[str, Any] | None = None) -> dict:
-    """GenEval-style benchmark of one model: under schedule_file (carried to `steps` when they differ) or, without
-    one, the base schedule of params at `steps`. Ends with the scores as a table artifact and a log line."""
+    """GenEval-style benchmark of one model under one schedule; ends with the scores as a table artifact and a
+    log line.
+
+    Args:
+        model_dir: the model folder (config.json + model.safetensors), e.g. models/trained or models/base.
+        schedule_file: a learned schedule (schedule.json), carried to `steps` when its own step count differs.
+            Empty: the base schedule of params_file.
+        prompts_file: the prompt set, e.g. data/prompts/eval_heldout.parquet or data/prompts/eval_seen.parquet.
+        tokenizer_dir: the tokenizer that decodes the model's tokens.
+        steps: inference steps. Empty: schedule.steps of params_file.
+        params_file: the params file (world, eval settings, base schedule).
+        overrides: any params key, dotted, e.g. {"eval.samples_per_prompt": 8}. Empty: none.
+    """
     from adapters.progress import Reporter
     from cogrpo.benchmarks.geneval import summarize
     from tasks.evaluate import run_eval
 
-    params = resolve_params(params_file, steps=steps, overrides=overrides)
-    knobs = resolve_schedule(params.schedule, schedule_file)
+    try:
+        params = resolve_params(params_file, steps=steps, overrides=overrides)
+        knobs = resolve_schedule(params.schedule, schedule_file)
+    except (InputError, FileNotFoundError) as err:
+        return _bad_parameters(err)
     rows, _ = run_eval(params, Path(model_dir), Path(tokenizer_dir), Path(prompts_file), knobs, Reporter(),
                        f"benchmark {Path(prompts_file).stem}")
     summary = summarize(rows) | {"steps": len(knobs)}

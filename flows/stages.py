@@ -24,7 +24,7 @@ from prefect.states import Completed
 
 from adapters import tracking
 from adapters.progress import Reporter
-from adapters.store import Store, params_key, stage_key
+from adapters.store import Entry, Store, params_key, stage_key
 from cogrpo.config import Params
 from flows.train import train_stage
 from tasks.context import StageContext
@@ -41,7 +41,7 @@ def _pretrain_loss(result: dict, out: Path) -> str:
     return "step,loss\n" + "".join(f"{h['step']},{h['loss']:.5f}\n" for h in result["history"])
 
 
-TRAIN_CURVES = ["reward_mean", "reward_std", "zero_std_groups", "model/kl", "schedule/ratio_mean"]
+TRAIN_CURVES = ["reward_mean", "reward_std", "zero_std_groups", "model/kl"]
 
 
 def _train_curves(result: dict) -> pl.DataFrame:
@@ -62,6 +62,66 @@ def _learned_schedule(result: dict, out: Path) -> str:
     return _json([{"step": t + 1} | r for t, r in enumerate(rows)])
 
 
+def _png(fig) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _figure(n: int, title: str):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 2.8), squeeze=False)
+    fig.suptitle(title, fontsize=10)
+    return fig, axes[0]
+
+
+def _schedule_png(result: dict, out: Path, params: Params) -> bytes:
+    """Each knob on its own axes, learned (deterministic) against the base schedule it started from."""
+    from cogrpo.core.schedule import KNOBS, base_knobs, load_schedule
+
+    learned, base = load_schedule(out / "schedule.json"), base_knobs(params.schedule)
+    fig, axes = _figure(len(KNOBS), "Learned schedule per step (base dashed)")
+    steps = range(1, len(learned) + 1)
+    for k, (ax, knob) in enumerate(zip(axes, KNOBS)):
+        ax.plot(steps, base[:, k], "--", color="grey")
+        ax.plot(steps, learned[:, k], "o-", color="#08519c")
+        ax.set_title(knob, fontsize=9)
+        ax.set_xlabel("step")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _train_png(result: dict, out: Path, params: Params) -> bytes:
+    curves = _train_curves(result)
+    fig, axes = _figure(2, "Co-GRPO training")
+    it, mean, std = curves["iteration"], curves["reward_mean"], curves["reward_std"]
+    axes[0].plot(it, mean, color="#08519c")
+    axes[0].fill_between(it, mean - std, mean + std, color="#9ecae1", alpha=0.5)
+    axes[0].set_title("reward (mean ± std)", fontsize=9)
+    if "model_kl" in curves.columns:
+        axes[1].plot(it, curves["model_kl"], color="#a63603")
+    axes[1].set_title("KL to the base model", fontsize=9)
+    for ax in axes:
+        ax.set_xlabel("iteration")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _pretrain_png(result: dict, out: Path, params: Params) -> bytes:
+    fig, axes = _figure(1, "Pretraining")
+    axes[0].plot([h["step"] for h in result["history"]], [h["loss"] for h in result["history"]], color="#08519c")
+    axes[0].set_title("masked-token loss", fontsize=9)
+    axes[0].set_xlabel("step")
+    fig.tight_layout()
+    return _png(fig)
+
+
 @dataclass(frozen=True)
 class Stage:
     name: str
@@ -71,6 +131,8 @@ class Stage:
     out: str | None = None  # workspace folder DVC tracks (None: the stage's result is all it makes)
     metrics: dict[str, Callable[[dict, Path], str]] = field(default_factory=dict)  # file → view(result, out)
     plots: dict[str, dict] = field(default_factory=dict)  # metrics file → DVC plot options
+    curves: tuple[str, ...] = ()  # metrics files that only feed the top-level PLOTS (DVC outs, not metrics)
+    images: dict[str, Callable[[dict, Path, Params], bytes]] = field(default_factory=dict)  # PNG plot → view
     datasets: tuple[str, ...] = ()  # prompt sets it uses (logged to MLflow as dataset inputs)
     artifacts: dict[str, str] = field(default_factory=dict)  # path inside out ("" = all) → MLflow artifact folder
     resume_varies: tuple[str, ...] | None = None  # resumable: fields a run may change and still resume
@@ -93,7 +155,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
           out="models/base", artifacts={"": "model"}, datasets=("train",),
           metrics={"metrics/pretrain.json": lambda r, out: _json({"final_loss": r["final_loss"], "steps": r["steps"]}),
                    "metrics/pretrain_loss.csv": _pretrain_loss},
-          plots={"metrics/pretrain_loss.csv": {"x": "step", "y": "loss", "title": "Pretraining loss"}}),
+          plots={"metrics/pretrain_loss.csv": {"x": "step", "y": "loss", "title": "Pretraining loss"}},
+          images={"metrics/plots/pretrain.png": _pretrain_png}),
     Stage("baseline", evaluate_model, ("world", "schedule", "eval", THREADS), _EVAL | {"model": "pretrain"},
           out="outputs/baseline", artifacts={"grid.png": "samples"}, datasets=("eval_heldout", "eval_seen"),
           metrics={"metrics/baseline.json": lambda r, out: _json(r["heldout"]),
@@ -107,7 +170,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
           metrics={"metrics/train.json": _train_summary,
                    "metrics/train_history.csv": lambda r, out: _train_curves(r).write_csv(),
                    "metrics/learned_schedule.json": _learned_schedule},
-          plots={"metrics/learned_schedule.json": {}, "metrics/train_history.csv": {}}),
+          curves=("metrics/learned_schedule.json", "metrics/train_history.csv"),
+          images={"metrics/plots/learned_schedule.png": _schedule_png, "metrics/plots/train.png": _train_png}),
     Stage("evaluate", evaluate_model, ("world", "schedule", "eval", THREADS), _EVAL | {"model": "train"},
           out="outputs/eval", artifacts={"grid.png": "samples"}, datasets=("eval_heldout", "eval_seen"),
           describe=("train",), metric_prefix="eval",
@@ -117,8 +181,10 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
 
 # DVC's top-level plots: several metrics files or columns on one chart
 PLOTS = [
-    {"learned_schedule": {"title": "Learned schedule per step (deterministic knob values)", "x": "step",
-                          "y": {"metrics/learned_schedule.json": ["ratio", "temperature", "remask_temperature", "cfg"]}}},
+    {f"schedule_{knob}": {"title": f"Learned schedule: {knob} per step", "x": "step",
+                          "y": {"metrics/learned_schedule.json": [knob]}}}
+    for knob in ("ratio", "temperature", "remask_temperature", "cfg")
+] + [
     {"reward_curve": {"title": "Co-GRPO training reward per iteration", "x": "iteration",
                       "y": {"metrics/train_history.csv": ["reward_mean", "reward_std"]}}},
     {"kl_curve": {"title": "KL to the base model per iteration", "x": "iteration",
@@ -140,15 +206,20 @@ class StageRun:
         return Path(self.entry) / "out"
 
 
+def locate(name: str, params: Params, inputs: dict[str, Path], root: str = "runs") -> Entry:
+    """The store entry a stage's params, inputs and code point to (done or not)."""
+    stage = STAGES[name]
+    return Store(root).entry(name, stage_key(name, params_key(params, stage.params), inputs, stage.modules))
+
+
 @task(cache_policy=NO_CACHE, persist_result=False, task_run_name="{name}")
 def stage_task(name: str, params: Params, inputs: dict[str, Path], root: str = "runs",
                mlflow_run_id: str | None = None):
     """Run one stage through the store: `Cached` when its key is there, else computed into it (one process at a
     time per key: a second one waits and then finds it done)."""
     stage, store = STAGES[name], Store(root)
-    sections = params_key(params, stage.params)
-    key = stage_key(name, sections, inputs, stage.modules)
-    entry = store.entry(name, key)
+    entry = locate(name, params, inputs, root)
+    key = entry.key
     if not entry.done():
         with store.claimed(entry):
             if not entry.done():
@@ -159,7 +230,8 @@ def stage_task(name: str, params: Params, inputs: dict[str, Path], root: str = "
                     state_dir = Path(root) / name / identity
                     state_dir.mkdir(parents=True, exist_ok=True)
                 ctx = StageContext(Reporter(mlflow_run_id), state_dir, mlflow_run_id)
-                result = store.compute(entry, lambda out: stage.work(params, inputs, out, ctx))
+                result = store.compute(entry, lambda out: stage.work(params, inputs, out, ctx),
+                                       {"mlflow_run_id": mlflow_run_id})
                 return StageRun(result, str(entry.folder), key, cached=False)
     run = StageRun(entry.result(), str(entry.folder), key, cached=True)
     return Completed(name="Cached", message=f"found in the store: {entry.folder}", data=run)
@@ -178,6 +250,8 @@ def track(stage: Stage, run_id: str, run: StageRun, params: Params, prompts: Pat
     if prompts is not None:
         for split in stage.datasets:
             tracking.log_prompt_set(run_id, prompts / f"{split}.parquet", split)
+    if (run.out / "results.jsonl").is_file():
+        tracking.log_results_table(run_id, run.out / "results.jsonl")
     for path, folder in stage.artifacts.items():
         target = run.out / path
         if target.is_dir():

@@ -22,6 +22,17 @@ from tasks.context import StageContext
 from tasks.train import TrainingSession, co_update, grouped_rollout, save_checkpoint, score_rewards
 
 
+def _varying(metrics: dict, cfg) -> dict:
+    """The metrics that can vary in this run: with one inner epoch the update is on-policy (ratio 1, nothing
+    clipped), and a frozen policy's knobs are constant; flat charts would only hide the ones that move."""
+    flat = set()
+    if cfg.inner_epochs == 1:
+        flat |= {k for k in metrics if k.endswith(("/ratio_mean", "/clip_fraction"))}
+    if cfg.mode == "model":
+        flat |= {k for k in metrics if k.startswith("schedule/")}
+    return {k: v for k, v in metrics.items() if k not in flat}
+
+
 def train_stage(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
     """The train stage's work (flows/stages.py): the flow below, in the stage's state folder."""
     return train(params, inputs, out, ctx.state_dir, ctx.mlflow_run_id)
@@ -41,7 +52,7 @@ def train(params: Params, inputs: dict[str, Path], out: Path, state_dir: Path, r
             scores = score_rewards.with_options(task_run_name=f"score-{it}")(session, batch, rollout)
             metrics = co_update.with_options(task_run_name=f"update-{it}")(session, batch, rollout, scores)
             if run_id:
-                tracking.log_metrics(run_id, metrics, step=it)
+                tracking.log_metrics(run_id, _varying(metrics, cfg), step=it)
             report(f"co-grpo [{cfg.mode}] iterations", it, cfg.iterations, reward_mean=metrics["reward_mean"])
             if run_id and it % cfg.sample_every == 0:
                 tracking.log_image(run_id, Image.fromarray(session.sample_grid()), f"samples/iter_{it:04d}.png")

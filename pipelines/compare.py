@@ -25,6 +25,10 @@ DEFAULT_PARAMS = ["train.mode", "train.seed", "train.iterations", "train.lr_sche
 
 
 def runs_table(filter_string: str, params: list[str], metrics: list[str]) -> pl.DataFrame:
+    """One row per distinct result: runs whose evaluation came from the same store entry (a cached rerun) are one
+    row, the first; a pipeline's nested stage runs are left to their parent. Param columns: `params`, plus every
+    param whose value differs between the rows (the learned schedule's values aside). The last row is the base
+    model, read from the first row's baseline metrics, for reference."""
     from mlflow.tracking import MlflowClient
 
     from adapters import tracking
@@ -33,19 +37,31 @@ def runs_table(filter_string: str, params: list[str], metrics: list[str]) -> pl.
     exp = client.get_experiment_by_name(tracking.EXPERIMENT)
     if exp is None:
         return pl.DataFrame()
-    rows = []
     found = client.search_runs([exp.experiment_id], filter_string, order_by=["attributes.start_time ASC"],
                                max_results=5000)
-    ids = {run.info.run_id for run in found}
+    ids, seen, kept = {run.info.run_id for run in found}, set(), []
     for run in found:
-        d = run.data
-        if d.tags.get("mlflow.parentRunId") in ids:  # a pipeline's stage run: its parent row says the same
+        tags = run.data.tags
+        if tags.get("mlflow.parentRunId") in ids:  # a pipeline's stage run: its parent row says the same
             continue
-        rows.append({"run": run.info.run_id[:8], "name": d.tags.get("mlflow.runName", ""),
-                     "status": run.info.status, "commit": d.tags.get("git_commit", "")[:7]}
-                    | {p: d.params.get(p) for p in params} | {m: d.metrics.get(m) for m in metrics})
-    schema = {"run": pl.String, "name": pl.String, "status": pl.String, "commit": pl.String} | \
-             {p: pl.String for p in params} | {m: pl.Float64 for m in metrics}
+        result = tags.get("key.evaluate") or tags.get("cache_key")
+        if result and result in seen:
+            continue
+        seen.add(result)
+        kept.append(run)
+    differing = sorted({k for k in set().union(*(r.data.params for r in kept)) if not k.startswith("schedule.learned")
+                        and len({r.data.params.get(k) for r in kept}) > 1})
+    columns = params + [k for k in differing if k not in params]
+    rows = [{"run": run.info.run_id[:8], "name": run.data.tags.get("mlflow.runName", ""),
+             "commit": run.data.tags.get("git_commit", "")[:7]}
+            | {p: run.data.params.get(p) for p in columns} | {m: run.data.metrics.get(m) for m in metrics}
+            for run in kept]
+    base = next((r for r in kept if any(k.startswith("baseline.") for k in r.data.metrics)), None)
+    if base is not None:
+        rows.append({"run": "", "name": "base model", "commit": ""} | {p: None for p in columns}
+                    | {m: base.data.metrics.get("baseline." + m.partition(".")[2]) for m in metrics})
+    schema = {"run": pl.String, "name": pl.String, "commit": pl.String} | \
+             {p: pl.String for p in columns} | {m: pl.Float64 for m in metrics}
     return pl.DataFrame(rows, schema=schema)
 
 
@@ -90,9 +106,10 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2)
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=250, float_precision=3, tbl_hide_dataframe_shape=True):
         print(table)
-        summary = table.group_by(args.by).agg(pl.len().alias("runs"), *[pl.col(m).mean() for m in args.metrics])
+        runs = table.filter(pl.col("name") != "base model")
+        summary = runs.group_by(args.by).agg(pl.len().alias("runs"), *[pl.col(m).mean() for m in args.metrics])
         print(summary.sort(args.by))
-    plot(table, args.by, args.metrics, args.plot)
+    plot(table.filter(pl.col("name") != "base model"), args.by, args.metrics, args.plot)
     print(f"plot: {args.plot}")
 
 

@@ -31,11 +31,16 @@ def render(root: Path | None = None) -> str:
                       "params": list(s.params)}
         if s.out:
             spec["outs"] = [{s.out: {"persist": True}}]
-        metrics = [m for m in s.metrics if m not in s.plots]
+        curves = [{c: {"cache": False, "persist": True}} for c in s.curves]
+        if curves:
+            spec["outs"] = spec.get("outs", []) + curves
+        metrics = [m for m in s.metrics if m not in s.plots and m not in s.curves]
         if metrics:
             spec["metrics"] = [{m: {"cache": False, "persist": True}} for m in metrics]
-        if s.plots:
-            spec["plots"] = [{p: {"cache": False, "persist": True} | opts} for p, opts in s.plots.items()]
+        plots = [{p: {"cache": False, "persist": True} | opts} for p, opts in s.plots.items()]
+        plots += [{p: {"cache": False, "persist": True}} for p in s.images]  # PNGs: shown offline as they are
+        if plots:
+            spec["plots"] = plots
         stages[s.name] = spec
     body = yaml.safe_dump({"plots": PLOTS, "stages": stages}, sort_keys=False, width=120)
     return HEADER + body

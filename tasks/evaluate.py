@@ -14,7 +14,7 @@ from cogrpo.backbones.text import TextEncoder
 from cogrpo.benchmarks.geneval import evaluate, summarize
 from cogrpo.config import Params, ScheduleConfig
 from cogrpo.core.schedule import base_knobs, resolve_schedule
-from cogrpo.images import image_grid
+from cogrpo.images import captioned_grid
 from cogrpo.io import read_specs
 from cogrpo.world.checker import Checker
 from cogrpo.world.scenes import World
@@ -22,15 +22,14 @@ from cogrpo.world.tokenizer import Tokenizer
 from tasks.context import StageContext
 
 
-def _grid_rows(rows: list[dict], per_tag: int = 2) -> list[int]:
-    """Image indices of the first `per_tag` prompts of every tag, all their samples."""
-    prompts: dict[str, list[str]] = {}
+def _grid_prompts(rows: list[dict], per_tag: int = 2) -> list[str]:
+    """The first `per_tag` prompt folders of every tag, in order."""
+    chosen: dict[str, list[str]] = {}
     for r in rows:
         folder = r["filename"].split("/")[0]
-        if folder not in prompts.setdefault(r["tag"], []) and len(prompts[r["tag"]]) < per_tag:
-            prompts[r["tag"]].append(folder)
-    keep = {f for folders in prompts.values() for f in folders}
-    return [i for i, r in enumerate(rows) if r["filename"].split("/")[0] in keep]
+        if folder not in chosen.setdefault(r["tag"], []) and len(chosen[r["tag"]]) < per_tag:
+            chosen[r["tag"]].append(folder)
+    return [f for folders in chosen.values() for f in folders]
 
 
 def run_eval(params: Params, model_dir: Path, tokenizer_dir: Path, prompts_file: Path, knobs: torch.Tensor,
@@ -45,8 +44,9 @@ def run_eval(params: Params, model_dir: Path, tokenizer_dir: Path, prompts_file:
                     cfg.seed, cfg.batch_prompts, on_batch=lambda done, total: report(label, done, total))
 
 
-def write_geneval_layout(out: Path, rows: list[dict], images: np.ndarray, samples_per_prompt: int) -> None:
-    """<i>/samples/<j>.png, <i>/metadata.jsonl, results.jsonl (one row per image), grid.png (two prompts per tag)."""
+def write_geneval_layout(out: Path, rows: list[dict], images: np.ndarray, title: str) -> None:
+    """<i>/samples/<j>.png, <i>/metadata.jsonl, results.jsonl (one row per image), grid.png (two prompts per tag,
+    captioned, each sample framed green or red by the checker's verdict)."""
     for row, img in zip(rows, images):
         path = out / row["filename"]
         if not path.parent.exists():
@@ -54,8 +54,12 @@ def write_geneval_layout(out: Path, rows: list[dict], images: np.ndarray, sample
             (path.parent.parent / "metadata.jsonl").write_text(row["metadata"] + "\n")
         Image.fromarray(img).save(path)
     (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    grid = image_grid(images[_grid_rows(rows)], cols=2 * samples_per_prompt)
-    Image.fromarray(np.kron(grid, np.ones((2, 2, 1), np.uint8))).save(out / "grid.png")
+    folders = _grid_prompts(rows)
+    picked = [[i for i, r in enumerate(rows) if r["filename"].startswith(f + "/")] for f in folders]
+    grid = captioned_grid(np.stack([images[idx] for idx in picked]),
+                          [f"[{rows[idx[0]]['tag']}] {rows[idx[0]]['prompt']}" for idx in picked],
+                          [[rows[i]["correct"] for i in idx] for idx in picked], title)
+    Image.fromarray(grid).save(out / "grid.png")
 
 
 def evaluate_model(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
@@ -66,7 +70,9 @@ def evaluate_model(params: Params, inputs: dict[str, Path], out: Path, ctx: Stag
     knobs = resolve_schedule(params.schedule, own if own.is_file() else None)
     rows, images = run_eval(params, model, inputs["tokenizer"], inputs["prompts"] / "eval_heldout.parquet", knobs,
                             ctx.report, "held-out prompts")
-    write_geneval_layout(out, rows, images, params.eval.samples_per_prompt)
+    title = (f"trained model, learned schedule, {steps} steps" if own.is_file()
+             else f"base model, base schedule, {steps} steps")
+    write_geneval_layout(out, rows, images, f"{title} (green: passes the checker, red: fails)")
     seen, _ = run_eval(params, model, inputs["tokenizer"], inputs["prompts"] / "eval_seen.parquet", knobs, ctx.report,
                        "seen prompts")
     return {"heldout": summarize(rows) | {"steps": steps}, "seen": summarize(seen) | {"steps": steps}}

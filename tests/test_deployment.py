@@ -57,8 +57,12 @@ def test_deployments_have_typed_parameters_and_a_schedule(served):
     assert set(props) == {"params_file", "mode", "steps", "seed", "overrides", "root"}
     mode = props["mode"]["anyOf"][0]
     assert mode["enum"] == ["co", "model", "schedule"]
+    # the custom-run form explains every field, and what leaving it empty means
+    assert all(props[p].get("description") for p in props)
+    assert "Empty: train.mode of params_file" in props["mode"]["description"]
+    assert '"train.lr_schedule": 0.3' in props["overrides"]["description"]
     nightly = asyncio.run(_deployment("pipeline/nightly"))
-    assert nightly.schedules[0].schedule.cron == "0 2 * * *" and nightly.paused
+    assert nightly.schedules[0].schedule.cron == "0 2 * * *" and not nightly.schedules[0].active
     assert "model_dir" in asyncio.run(_deployment("benchmark/cogrpo")).parameter_openapi_schema["properties"]
 
 
@@ -69,6 +73,7 @@ def test_a_triggered_run_completes(served):
     run = run_deployment("pipeline/cogrpo", parameters={"mode": "schedule", "seed": 3, "root": "runs/served"},
                          timeout=300, poll_interval=2)
     assert run.state.is_completed(), run.state
+    assert run.name == "pipeline · schedule · seed 3 · 4 steps"  # named by what it is
     trained = list(Path(served, "runs/served/store/train").glob("train-*/out/schedule.json"))
     assert len(trained) == 1
     # what the UI shows of the run: progress of its long tasks, the results table, the learned schedule
@@ -81,5 +86,43 @@ def test_a_triggered_run_completes(served):
     import mlflow
 
     mlflow.set_tracking_uri(f"sqlite:///{served / 'mlflow.db'}")
-    parent = mlflow.search_runs(experiment_names=["cogrpo"], filter_string="tags.mlflow.runName = 'pipeline'")
+    parent = mlflow.search_runs(experiment_names=["cogrpo"], filter_string="tags.mlflow.runName LIKE 'pipeline%'")
     assert list(parent["tags.mode"]) == ["schedule"] and list(parent["params.train.seed"]) == ["3"]
+
+
+def test_a_bad_parameter_fails_the_run_with_one_line(served):
+    from prefect.deployments import run_deployment
+
+    run = run_deployment("pipeline/cogrpo", parameters={"overrides": {"train.learning_rate": 3}}, timeout=120,
+                         poll_interval=1)
+    assert run.state.is_failed()
+    assert run.state.message == "bad parameters: overrides: key 'train.learning_rate': unknown key"
+
+
+def test_the_nightly_schedule_switches_on_as_documented_and_survives_a_restart(served):
+    """`prefect deployment schedule resume pipeline/nightly <id>` (as the README says) switches it on; serving again
+    (what a restart of `python -m pipelines.serve` does: re-register every deployment) keeps it on."""
+    from prefect.settings import get_current_settings
+
+    nightly = asyncio.run(_deployment("pipeline/nightly"))
+    (schedule,) = nightly.schedules
+    assert not nightly.paused and not schedule.active
+    env = os.environ | {"PREFECT_API_URL": str(get_current_settings().api.url), "PYTHONPATH": str(ROOT)}
+    prefect = str(Path(sys.executable).parent / "prefect")
+    done = subprocess.run([prefect, "deployment", "schedule", "resume", "pipeline/nightly", str(schedule.id)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    nightly = asyncio.run(_deployment("pipeline/nightly"))
+    assert nightly.schedules[0].active
+    again = subprocess.Popen([sys.executable, "-m", "pipelines.serve"], cwd=served, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 120
+        while asyncio.run(_deployment("pipeline/nightly")).updated == nightly.updated:  # not yet re-registered
+            assert time.monotonic() < end, "the second serve never re-registered the deployments"
+            time.sleep(1)
+    finally:
+        again.terminate()
+        again.wait(timeout=60)
+    (after,) = asyncio.run(_deployment("pipeline/nightly")).schedules
+    assert after.active and after.schedule.cron == "0 2 * * *"

@@ -13,8 +13,12 @@ from tests.tiny import run_stage
 
 
 def test_stages_in_order(tiny_project):
-    for name in ("prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep", "train", "evaluate"):
-        run_stage(name)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # a normal run prints no warnings
+        for name in ("prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep", "train", "evaluate"):
+            run_stage(name)
 
     split = json.loads(Path("metrics/prompts.json").read_text())
     assert split["eval_heldout"]["per_tag"]["color_attr"] == 3 and split["heldout"]["color_shapes"]
@@ -45,9 +49,10 @@ def test_stages_in_order(tiny_project):
     assert set(json.loads(Path("metrics/eval.json").read_text())) == {"geneval", "dpg", "steps"}
 
     runs = mlflow.search_runs(experiment_names=["cogrpo"])
-    assert set(runs["tags.mlflow.runName"]) == {"prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep",
+    assert set(runs["tags.stage"]) == {"prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep",
                                                 "train", "evaluate"}
-    tr = runs[runs["tags.mlflow.runName"] == "train"].iloc[0]
+    tr = runs[runs["tags.stage"] == "train"].iloc[0]
+    assert tr["tags.mlflow.runName"] == "train · co · seed 0 · 4 steps"
     assert tr["params.train.mode"] == "co"
     client = mlflow.tracking.MlflowClient()
     assert [m.step for m in client.get_metric_history(tr["run_id"], "reward_mean")] == [1, 2, 3]
@@ -56,7 +61,10 @@ def test_stages_in_order(tiny_project):
     assert {d.dataset.name for d in client.get_run(tr["run_id"]).inputs.dataset_inputs} == {"train"}
     assert float(tr["params.schedule.initial.step1.cfg"]) == 3.0 and tr["params.schedule.learned.step4.cfg"]
     assert set(runs["status"]) == {"FINISHED"} and tr["tags.mode"] == "co" and tr["tags.git_commit"]
-    pre = runs[runs["tags.mlflow.runName"] == "pretrain"].iloc[0]
+    ev = runs[runs["tags.stage"] == "evaluate"].iloc[0]
+    assert {a.path for a in client.list_artifacts(ev["run_id"])} >= {"results.json", "samples"}  # a table, a grid
+    assert Path("metrics/plots/learned_schedule.png").stat().st_size > 5000  # plots that render offline
+    pre = runs[runs["tags.stage"] == "pretrain"].iloc[0]
     assert pre["params.pretrain.steps"] == "12" and pre["status"] == "FINISHED"
     history = mlflow.tracking.MlflowClient().get_metric_history(pre["run_id"], "loss")
     assert [m.step for m in history] == [4, 8, 12]

@@ -142,12 +142,16 @@ def exclusive(folder: str | Path) -> Iterator[None]:
             lock.unlink(missing_ok=True)
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
+    tmp.write_bytes(data)
     tmp.replace(path)
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    write_bytes_atomic(path, text.encode())
 
 
 def write_json(path: str | Path, obj: object) -> None:
