@@ -30,6 +30,7 @@ from flows.train import train_stage
 from tasks.context import StageContext
 from tasks.data import train_tokenizer, write_prompt_sets
 from tasks.evaluate import evaluate_model, schedule_sweep
+from tasks.headline import headline
 from tasks.pretrain import pretrain_model
 
 
@@ -131,7 +132,8 @@ class Stage:
     out: str | None = None  # workspace folder DVC tracks (None: the stage's result is all it makes)
     metrics: dict[str, Callable[[dict, Path], str]] = field(default_factory=dict)  # file → view(result, out)
     plots: dict[str, dict] = field(default_factory=dict)  # metrics file → DVC plot options
-    curves: tuple[str, ...] = ()  # metrics files that only feed the top-level PLOTS (DVC outs, not metrics)
+    records: tuple[str, ...] = ()  # of its metrics files, data rather than headline numbers: plot data, reports
+    # (DVC outputs kept in git, not `dvc metrics`, so `dvc metrics show` stays a table of results)
     images: dict[str, Callable[[dict, Path, Params], bytes]] = field(default_factory=dict)  # PNG plot → view
     datasets: tuple[str, ...] = ()  # prompt sets it uses (logged to MLflow as dataset inputs)
     artifacts: dict[str, str] = field(default_factory=dict)  # path inside out ("" = all) → MLflow artifact folder
@@ -148,7 +150,8 @@ _EVAL = {"prompts": "prompts", "tokenizer": "tokenizer"}
 THREADS = "pretrain.threads"  # torch's CPU threads: float reductions, so results, may depend on them
 STAGES: dict[str, Stage] = {s.name: s for s in [
     Stage("prompts", write_prompt_sets, ("world", "prompts"), out="data/prompts",
-          metrics={"metrics/prompts.json": lambda r, out: _json(r)}, datasets=("train", "eval_heldout", "eval_seen")),
+          metrics={"metrics/prompts.json": lambda r, out: _json(r)}, records=("metrics/prompts.json",),
+          datasets=("train", "eval_heldout", "eval_seen")),
     Stage("tokenizer", train_tokenizer, ("world", "tokenizer"), {"prompts": "prompts"}, out="models/tokenizer",
           metrics={"metrics/tokenizer.json": lambda r, out: _json(r)}, artifacts={"": "tokenizer"}),
     Stage("pretrain", pretrain_model, ("world", "model", "pretrain"), {"prompts": "prompts", "tokenizer": "tokenizer"},
@@ -163,20 +166,23 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
                    "metrics/baseline_seen.json": lambda r, out: _json(r["seen"])}),
     Stage("schedule_sweep", schedule_sweep, ("world", "schedule", "eval", "sweep", THREADS),
           _EVAL | {"model": "pretrain"},
-          metrics={"metrics/schedule_sweep.json": lambda r, out: _json(r)}, datasets=("eval_heldout",)),
+          metrics={"metrics/schedule_sweep.json": lambda r, out: _json(r)}, records=("metrics/schedule_sweep.json",),
+          datasets=("eval_heldout",)),
     Stage("train", train_stage, ("world", "schedule", "train", THREADS), {"prompts": "prompts", "tokenizer": "tokenizer",
                                                                    "model": "pretrain"},
           out="models/trained", artifacts={"": "model"}, datasets=("train",), resume_varies=("train.iterations",),
           metrics={"metrics/train.json": _train_summary,
                    "metrics/train_history.csv": lambda r, out: _train_curves(r).write_csv(),
                    "metrics/learned_schedule.json": _learned_schedule},
-          curves=("metrics/learned_schedule.json", "metrics/train_history.csv"),
+          records=("metrics/learned_schedule.json", "metrics/train_history.csv"),
           images={"metrics/plots/learned_schedule.png": _schedule_png, "metrics/plots/train.png": _train_png}),
     Stage("evaluate", evaluate_model, ("world", "schedule", "eval", THREADS), _EVAL | {"model": "train"},
           out="outputs/eval", artifacts={"grid.png": "samples"}, datasets=("eval_heldout", "eval_seen"),
           describe=("train",), metric_prefix="eval",
           metrics={"metrics/eval.json": lambda r, out: _json(r["heldout"]),
                    "metrics/eval_seen.json": lambda r, out: _json(r["seen"])}),
+    Stage("headline", headline, (), {"baseline": "baseline", "evaluate": "evaluate", "trained": "train"},
+          metrics={"metrics/headline.json": lambda r, out: _json(r)}),
 ]}
 
 # DVC's top-level plots: several metrics files or columns on one chart

@@ -27,14 +27,15 @@ def render(root: Path | None = None) -> str:
     for s in STAGES.values():
         code = [f for f in closure(s.modules, root) if f not in RUNNER]
         spec: dict = {"cmd": f"python -m pipelines.stage {s.name}",
-                      "deps": RUNNER + code + [STAGES[src].out for src in s.inputs.values()],
-                      "params": list(s.params)}
+                      "deps": RUNNER + code + [STAGES[src].out for src in s.inputs.values()]}
+        if s.params:
+            spec["params"] = list(s.params)
         if s.out:
             spec["outs"] = [{s.out: {"persist": True}}]
-        curves = [{c: {"cache": False, "persist": True}} for c in s.curves]
-        if curves:
-            spec["outs"] = spec.get("outs", []) + curves
-        metrics = [m for m in s.metrics if m not in s.plots and m not in s.curves]
+        records = [{r: {"cache": False, "persist": True}} for r in s.records]
+        if records:
+            spec["outs"] = spec.get("outs", []) + records
+        metrics = [m for m in s.metrics if m not in s.plots and m not in s.records]
         if metrics:
             spec["metrics"] = [{m: {"cache": False, "persist": True}} for m in metrics]
         plots = [{p: {"cache": False, "persist": True} | opts} for p, opts in s.plots.items()]

@@ -75,7 +75,9 @@ def evaluate_model(params: Params, inputs: dict[str, Path], out: Path, ctx: Stag
     write_geneval_layout(out, rows, images, f"{title} (green: passes the checker, red: fails)")
     seen, _ = run_eval(params, model, inputs["tokenizer"], inputs["prompts"] / "eval_seen.parquet", knobs, ctx.report,
                        "seen prompts")
-    return {"heldout": summarize(rows) | {"steps": steps}, "seen": summarize(seen) | {"steps": steps}}
+    result = {"heldout": summarize(rows) | {"steps": steps}, "seen": summarize(seen) | {"steps": steps}}
+    (out / "summary.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
 
 
 def schedule_sweep(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:

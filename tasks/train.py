@@ -119,7 +119,10 @@ class TrainingSession:
         self.trainer.model.save(out)
         for i, (T, knobs) in enumerate(self.trainer.learned_schedules().items()):
             save_schedule(knobs, out / ("schedule.json" if i == 0 else f"schedule_T{T}.json"))
-        (out / "train.json").write_text(json.dumps({"mode": self.cfg.mode, "iterations": self.iteration}))
+        last = self.history[-max(1, len(self.history) // 10):]
+        reward = sum(h["reward_mean"] for h in last) / len(last) if last else float("nan")
+        (out / "train.json").write_text(json.dumps({"mode": self.cfg.mode, "iterations": self.iteration,
+                                                    "reward_last_10pct": reward}))
         return {"mode": self.cfg.mode, "iterations": self.iteration, "history": self.history}
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-STAGES = ["prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep", "train", "evaluate"]
+STAGES = ["prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep", "train", "evaluate", "headline"]
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def test_rerun_is_cached_and_a_param_reruns_only_its_dependents(runs):
     assert all(_cached(again).values())
     assert again["eval"] == first["eval"] and again["baseline"] == first["baseline"]
     assert _cached(reseeded) == {"prompts": True, "tokenizer": True, "pretrain": True, "baseline": True,
-                                 "schedule_sweep": True, "train": False, "evaluate": False}
+                                 "schedule_sweep": True, "train": False, "evaluate": False, "headline": False}
     assert reseeded["stages"]["train"]["out"] != first["stages"]["train"]["out"]
     # outputs are content-addressed folders that hold what the stage wrote
     assert Path(first["stages"]["train"]["out"], "schedule.json").is_file()
@@ -62,7 +62,7 @@ def test_mlflow_parent_and_nested_runs(runs):
     assert sorted(first["stage"]["tags.stage"]) == sorted(STAGES) and set(first["stage"]["status"]) == {"FINISHED"}
     assert "train · co · seed 0 · 4 steps" in set(first["stage"]["tags.mlflow.runName"])
     assert again["stage"].empty  # all cached: no duplicate runs, nothing uploaded again
-    assert sorted(reseeded["stage"]["tags.stage"]) == ["evaluate", "train"]
+    assert sorted(reseeded["stage"]["tags.stage"]) == ["evaluate", "headline", "train"]
     cached_parent = parents[parents["run_id"] == runs[1]["mlflow_run_id"]].iloc[0]
     made_train = first["stage"][first["stage"]["tags.stage"] == "train"]["run_id"].iloc[0]
     assert cached_parent["tags.stage.train.mlflow_run"] == made_train and cached_parent["tags.stage.train.cached"] == "true"

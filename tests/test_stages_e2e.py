@@ -17,7 +17,7 @@ def test_stages_in_order(tiny_project):
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # a normal run prints no warnings
-        for name in ("prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep", "train", "evaluate"):
+        for name in ("prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep", "train", "evaluate", "headline"):
             run_stage(name)
 
     split = json.loads(Path("metrics/prompts.json").read_text())
@@ -47,10 +47,14 @@ def test_stages_in_order(tiny_project):
     assert not (state / ".lock").exists()  # a clean exit leaves no lock behind
     assert set(json.loads(Path("metrics/pretrain.json").read_text())) == {"final_loss", "steps"}  # no wall clock
     assert set(json.loads(Path("metrics/eval.json").read_text())) == {"geneval", "dpg", "steps"}
+    head = json.loads(Path("metrics/headline.json").read_text())  # what `dvc metrics show` leads with
+    assert head["heldout"] == {"base": base["geneval"]["overall"],
+                               "trained": json.loads(Path("metrics/eval.json").read_text())["geneval"]["overall"]}
+    assert head["train"]["mode"] == "co" and 0 <= head["train"]["reward"] <= 1
 
     runs = mlflow.search_runs(experiment_names=["cogrpo"])
     assert set(runs["tags.stage"]) == {"prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep",
-                                                "train", "evaluate"}
+                                                "train", "evaluate", "headline"}
     tr = runs[runs["tags.stage"] == "train"].iloc[0]
     assert tr["tags.mlflow.runName"] == "train · co · seed 0 · 4 steps"
     assert tr["params.train.mode"] == "co"
