@@ -1,7 +1,7 @@
 """MLflow tracking: a local sqlite store in the repo, runs addressed by id (MLflow's active run is per thread).
 
-`run(...)` is the one run lifecycle: a RUNNING run with the provenance tags (git commit, DVC data hashes, host
-and pid), FINISHED when its block ends, FAILED when it raises, KILLED on Ctrl-C. A run whose process died
+`run(...)` is the one run lifecycle: a RUNNING run with the provenance tags (git commit, host and pid; the
+stages add the sha256 of the files they read and wrote), FINISHED when its block ends, FAILED when it raises, KILLED on Ctrl-C. A run whose process died
 (kill -9, power loss) is found by its pid on the next start and marked FAILED.
 """
 
@@ -31,10 +31,31 @@ def setup(root: str | Path = ".") -> str:
     """Point MLflow at <root>/mlflow.db with artifacts under <root>/mlartifacts; return the experiment id.
     MLFLOW_TRACKING_URI, when set, wins (a shared server, or `dvc exp` runs outside the workspace)."""
     root = Path(root).resolve()
-    mlflow.set_tracking_uri(_USER_URI or f"sqlite:///{root / 'mlflow.db'}")
+    db = root / "mlflow.db"
+    mlflow.set_tracking_uri(_USER_URI or f"sqlite:///{db}")
+    if not _USER_URI and db.is_file():
+        _follow_the_checkout(db, (root / "mlartifacts").as_uri())
     if mlflow.get_experiment_by_name(EXPERIMENT) is None:
         mlflow.create_experiment(EXPERIMENT, artifact_location=(root / "mlartifacts").as_uri())
     return mlflow.set_experiment(EXPERIMENT).experiment_id
+
+
+def _follow_the_checkout(db: Path, artifacts: str) -> None:
+    """MLflow stores an experiment's artifact folder, and each run's, as absolute URIs. The project's store lives
+    in the checkout: when the checkout was copied or moved, point them at <this checkout>/mlartifacts (whose
+    files came along), so no run ever writes into, or reads from, another folder."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(db)) as con, con:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"experiments", "runs"} <= tables:
+            return
+        moved = con.execute("SELECT experiment_id, artifact_location FROM experiments WHERE name = ? AND "
+                            "artifact_location != ?", (EXPERIMENT, artifacts)).fetchall()
+        for experiment_id, old in moved:
+            con.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?", (artifacts, experiment_id))
+            con.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) WHERE experiment_id = ? AND "
+                        "substr(artifact_uri, 1, ?) = ?", (artifacts, len(old) + 1, experiment_id, len(old), old))
 
 
 def git_commit() -> str:
@@ -42,16 +63,6 @@ def git_commit() -> str:
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-
-
-def dvc_hashes(lock_file: str | Path = "dvc.lock") -> dict[str, str]:
-    """md5 of every output DVC has recorded ({"dvc.models/base": "…"}); empty without a dvc.lock."""
-    lock = Path(lock_file)
-    if not lock.is_file():
-        return {}
-    stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
-    return {f"dvc.{out['path']}": out["md5"] for stage in stages.values() for out in stage.get("outs", [])
-            if "md5" in out}
 
 
 def provenance_tags() -> dict[str, str]:
@@ -81,7 +92,7 @@ def fail_dead_runs() -> list[str]:
 def start_run(name: str, tags: dict[str, str] | None = None, parent_id: str | None = None) -> str:
     """A RUNNING run (nested under parent_id when given) with the provenance tags; returns its id."""
     exp = mlflow.get_experiment_by_name(EXPERIMENT)
-    all_tags = provenance_tags() | dvc_hashes() | (tags or {}) | {"mlflow.runName": name}
+    all_tags = provenance_tags() | (tags or {}) | {"mlflow.runName": name}
     if parent_id:
         all_tags["mlflow.parentRunId"] = parent_id
     return MlflowClient().create_run(exp.experiment_id, tags=all_tags, run_name=name).info.run_id

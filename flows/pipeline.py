@@ -74,8 +74,7 @@ def _run_stage(stage: Stage, params: Params, inputs: dict[str, Path], root: str,
     with tracking.run(label, {"stage": stage.name, "mode": params.train.mode}, parent_id=parent,
                       params={s: dumped[s] for s in sorted(sections)}) as run_id:
         run = task(stage.name, params, inputs, root, run_id, return_state=True).result()
-        prompts = inputs.get("prompts", run.out if stage.name == "prompts" else None)
-        track(stage, run_id, run, params, prompts)
+        track(stage, run_id, run, params, inputs)
     if parent:
         tracking.set_tags(parent, {f"stage.{stage.name}.mlflow_run": run_id})
     return run

@@ -243,11 +243,16 @@ def stage_task(name: str, params: Params, inputs: dict[str, Path], root: str = "
     return Completed(name="Cached", message=f"found in the store: {entry.folder}", data=run)
 
 
-def track(stage: Stage, run_id: str, run: StageRun, params: Params, prompts: Path | None) -> None:
-    """Log a finished stage to its MLflow run: the numbers of its result, its schedules, prompt sets and artifacts."""
+def track(stage: Stage, run_id: str, run: StageRun, params: Params, inputs: dict[str, Path]) -> None:
+    """Log a finished stage to its MLflow run: provenance (the sha256 of every input folder it read and of the
+    output it wrote, taken after the run), the numbers of its result, its schedules, prompt sets and artifacts."""
     from cogrpo.core.schedule import base_knobs, load_schedule
+    from cogrpo.io import content_hash
 
-    tracking.set_tags(run_id, {"cache_key": run.key, "cached": str(run.cached).lower()})
+    tracking.set_tags(run_id, {"cache_key": run.key, "cached": str(run.cached).lower(),
+                               "output.sha256": content_hash(run.out)}
+                      | {f"input.{arg}.sha256": content_hash(path) for arg, path in inputs.items()})
+    prompts = inputs.get("prompts", run.out if stage.name == "prompts" else None)
     tracking.log_metrics(run_id, {stage.metric_prefix or stage.name: run.result})
     if "schedule" in stage.params:
         tracking.log_schedule(run_id, base_knobs(params.schedule).tolist(), "schedule.initial")

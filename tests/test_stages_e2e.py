@@ -56,6 +56,10 @@ def test_stages_in_order(tiny_project):
     assert set(runs["tags.stage"]) == {"prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep",
                                                 "train", "evaluate", "headline"}
     tr = runs[runs["tags.stage"] == "train"].iloc[0]
+    from cogrpo.io import content_hash  # provenance: the files the run read and wrote, after the run
+
+    assert tr["tags.input.model.sha256"] == content_hash("models/base")
+    assert tr["tags.output.sha256"] == content_hash("models/trained")
     assert tr["tags.mlflow.runName"] == "train · co · seed 0 · 4 steps"
     assert tr["params.train.mode"] == "co"
     client = mlflow.tracking.MlflowClient()
@@ -122,3 +126,31 @@ def test_bad_params_stop_before_writing(tiny_project, capsys):
         assert not Path("data").exists()
     finally:
         Path("params.yaml").write_text(good)
+
+
+def test_a_copied_checkout_keeps_its_mlflow_artifacts_to_itself(tiny_project, tmp_path):
+    """MLflow stores artifact folders as absolute paths; the project's store follows the checkout it is in: runs in
+    a copy write their artifacts into the copy, old runs' artifacts resolve there too, the original is untouched."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from adapters import tracking
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_project, copy, ignore=shutil.ignore_patterns("runs", "outputs", ".prefect"))
+    original = sorted(p for p in Path("mlartifacts").rglob("*"))
+    try:
+        tracking.setup(copy)
+        client = MlflowClient()
+        exp = mlflow.get_experiment_by_name(tracking.EXPERIMENT)
+        assert exp.artifact_location == (copy / "mlartifacts").as_uri()
+        old = client.search_runs([exp.experiment_id], "tags.stage = 'train'")[0]
+        assert old.info.artifact_uri.startswith((copy / "mlartifacts").as_uri())
+        assert {a.path for a in client.list_artifacts(old.info.run_id)} >= {"model"}  # the copied files
+        with tracking.run("in the copy") as run_id:
+            (tmp_path / "note.txt").write_text("hello")
+            tracking.log_artifacts_file(run_id, tmp_path / "note.txt", "notes")
+        assert (copy / "mlartifacts").is_dir() and list((copy / "mlartifacts").rglob("note.txt"))
+        assert sorted(p for p in Path("mlartifacts").rglob("*")) == original
+    finally:
+        tracking.setup(tiny_project)
