@@ -116,6 +116,50 @@ def run(name: str, tags: dict[str, str] | None = None, parent_id: str | None = N
     end_run(run_id)
 
 
+def _dvc_pid() -> int | None:
+    """The `dvc` process that runs this stage's command (an ancestor: dvc → shell → python), or None."""
+    pid = os.getppid()
+    for _ in range(4):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if any(Path(part.decode(errors="replace")).name == "dvc" for part in cmdline[:2]):
+                return pid
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+    return None
+
+
+@contextlib.contextmanager
+def dvc_group() -> Iterator[str | None]:
+    """The parent run of every stage run of one `dvc repro` / `dvc exp run` (one dvc process), named after the
+    experiment; it holds the status of its latest stage. Yields None outside DVC."""
+    pid = _dvc_pid() if "DVC_STAGE" in os.environ else None
+    if pid is None:
+        yield None
+        return
+    client = MlflowClient()
+    exp = mlflow.get_experiment_by_name(EXPERIMENT)
+    host = socket.gethostname()
+    found = client.search_runs([exp.experiment_id], f"tags.`cogrpo.dvc_pid` = '{pid}' AND tags.`cogrpo.host` = '{host}'",
+                               order_by=["attributes.start_time DESC"], max_results=1)
+    if found:
+        group = found[0].info.run_id
+        client.update_run(group, status="RUNNING")
+    else:
+        name = f"dvc exp run · {os.environ['DVC_EXP_NAME']}" if os.environ.get("DVC_EXP_NAME") else "dvc repro"
+        group = start_run(name, {"cogrpo.dvc_pid": str(pid), "cogrpo.pid": str(pid)})
+    try:
+        yield group
+    except KeyboardInterrupt:
+        end_run(group, status="KILLED")
+        raise
+    except BaseException:
+        end_run(group, status="FAILED")
+        raise
+    end_run(group)
+
+
 def set_tags(run_id: str, tags: dict[str, str]) -> None:
     client = MlflowClient()
     for k, v in tags.items():

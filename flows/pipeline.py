@@ -175,7 +175,8 @@ def stage(name: str, params_file: str = "params.yaml", root: str = "runs") -> di
             raise FileNotFoundError(f"{path}: input of stage '{name}' not found (run `dvc repro {name}`)")
     tracking.setup()
     tracking.fail_dead_runs()
-    run = _run_stage(spec, params, inputs, root, None)
+    with tracking.dvc_group() as group:  # the stage runs of one `dvc repro` share a parent
+        run = _run_stage(spec, params, inputs, root, group)
     if spec.out:
         materialize(run.out, Path(spec.out))
     for path, view in spec.metrics.items():

@@ -145,8 +145,19 @@ def test_dvc_repro_with_bad_params_keeps_every_output(tmp_path):
     assert run("dvc", "init", "-q").returncode == 0
     for folder in ("src", "tasks", "flows", "pipelines", "adapters"):  # the project's code, which dvc.yaml names
         shutil.copytree(root / folder, work / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    first = run("dvc", "repro", "-s", "prompts")
+    first = run("dvc", "repro", "tokenizer")  # prompts, then tokenizer
     assert first.returncode == 0, first.stderr[-2000:]
+    import mlflow  # the stage runs of one `dvc repro` are grouped under one parent run
+
+    before = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(f"sqlite:///{work / 'mlflow.db'}")
+    try:
+        df = mlflow.search_runs(experiment_names=["cogrpo"])
+    finally:
+        mlflow.set_tracking_uri(before)
+    (group,) = df[df["tags.mlflow.runName"] == "dvc repro"]["run_id"]
+    kids = df[df["tags.mlflow.parentRunId"] == group]
+    assert sorted(kids["tags.stage"]) == ["prompts", "tokenizer"] and set(df["status"]) == {"FINISHED"}
     before = {d: _snapshot(work / d) for d in ("data", "metrics")}
     assert before["data"] and before["metrics"]
     (work / "params.yaml").write_text(yaml.safe_dump(full | {"prompts": full["prompts"] | {"dpg_train": "many"}}))
