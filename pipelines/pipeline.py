@@ -24,21 +24,26 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--root", default="runs", help="the store and training folders (shared with dvc repro)")
     args = ap.parse_args(argv)
 
-    def body():
-        overrides = {}
+    overrides = {}
+
+    def check():  # bad input: one line, in a second, before Prefect starts
         for item in args.set:
             key, sep, value = item.partition("=")
             if not sep:
                 raise InputError(f"--set {item}: expected KEY=VALUE")
             overrides[key] = yaml.safe_load(value)
-        from flows.pipeline import pipeline, resolve_params
+        from flows.pipeline import resolve_params
 
-        resolve_params(args.params, args.mode, args.steps, args.seed, overrides)  # bad input: one line, in a second
+        resolve_params(args.params, args.mode, args.steps, args.seed, overrides)
+
+    def body():
+        from flows.pipeline import pipeline
+
         result = pipeline(args.params, args.mode, args.steps, args.seed, overrides, args.root)
         print(json.dumps({k: result[k]["heldout"]["geneval"]["overall"] for k in ("baseline", "eval")}))
         return result
 
-    return run_main(body)
+    return run_main(body, check)
 
 
 if __name__ == "__main__":

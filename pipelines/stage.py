@@ -16,18 +16,20 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--root", default="runs", help="the store and training folders")
     args = ap.parse_args(argv)
 
-    def body():
+    def check():  # before Prefect starts: bad input fails in a second, with one line, touching nothing
         from cogrpo.validate import load_params
-
-        load_params(args.params)  # before Prefect starts: bad params fail in a second, with one line
-        from flows.pipeline import stage
         from flows.stages import STAGES
 
         if args.name not in STAGES:
             ap.error(f"unknown stage {args.name!r} (stages: {', '.join(STAGES)})")
+        load_params(args.params)
+
+    def body():
+        from flows.pipeline import stage
+
         return stage(args.name, args.params, args.root)
 
-    return run_main(body)
+    return run_main(body, check)
 
 
 if __name__ == "__main__":

@@ -164,3 +164,87 @@ def test_a_corrupt_checkpoint_falls_back_to_the_previous_good_one(trained_inputs
             assert (work / f).read_bytes() == (reference / f).read_bytes(), f
     finally:
         _set_iterations(work, ITERATIONS)
+
+
+def _our_servers() -> set[str]:
+    """Temporary Prefect servers started by cogrpo's entry points (adapters/prefect_api.py), by pid."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"prefect.server.api.server:create_app" in args and b"--app-dir" not in args:
+            found.add(proc.name)
+    return found
+
+
+def _own_api_cmd(cwd: Path) -> subprocess.Popen:
+    """The train stage as a terminal runs it: no Prefect API configured, in a process group of its own."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PREFECT_API_URL")}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.Popen([sys.executable, "-m", "pipelines.stage", "train"], cwd=cwd, env=env,
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def test_ctrl_c_stops_in_seconds_marks_the_run_killed_leaves_no_server_and_the_rerun_resumes(trained_inputs):
+    """Ctrl-C in a terminal sends SIGINT to the whole foreground process group."""
+    import mlflow
+
+    work = trained_inputs
+    _set_iterations(work, 60)
+    servers = _our_servers()
+    try:
+        history = _state_dir(work) / "history.jsonl"
+        started = time.time()
+        proc = _own_api_cmd(work)
+        end, base = time.monotonic() + 180, None
+        while proc.poll() is None and time.monotonic() < end:  # two iterations into this run: mid-training
+            if history.stat().st_mtime > started:
+                base = base or _iterations_done(work)
+                if _iterations_done(work) >= base + 2:
+                    break
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stderr.read()
+        os.killpg(proc.pid, signal.SIGINT)
+        start = time.monotonic()
+        code = proc.wait(timeout=60)
+        seconds = time.monotonic() - start
+        err = proc.stderr.read().strip().splitlines()
+        assert code == 130, "\n".join(err[-30:])
+        assert seconds < 15
+        assert err[-1].startswith("interrupted: the run is marked KILLED") and "Traceback" not in "\n".join(err)
+        assert any("Finished in state Crashed" in line for line in err)  # the Prefect run, not left RUNNING
+        time.sleep(2)
+        assert _our_servers() == servers  # the temporary server went with it
+        mlflow.set_tracking_uri(f"sqlite:///{work / 'mlflow.db'}")
+        runs = mlflow.search_runs(experiment_names=["cogrpo"], filter_string="tags.stage = 'train'",
+                                  order_by=["attributes.start_time DESC"])
+        assert runs.iloc[0]["status"] == "KILLED"
+        resumed = _train_cmd(work)
+        assert resumed.wait() == 0, resumed.stderr.read()
+        runs = mlflow.search_runs(experiment_names=["cogrpo"], filter_string="tags.stage = 'train'",
+                                  order_by=["attributes.start_time DESC"])
+        assert int(runs.iloc[0]["tags.resumed_at_iteration"]) >= 12 and runs.iloc[0]["status"] == "FINISHED"
+    finally:
+        _set_iterations(work, ITERATIONS)
+
+
+def test_kill_9_leaves_no_temporary_server_behind(trained_inputs):
+    work = trained_inputs
+    _set_iterations(work, 200)
+    servers = _our_servers()
+    try:
+        proc = _own_api_cmd(work)
+        end = time.monotonic() + 180
+        while _our_servers() == servers and proc.poll() is None and time.monotonic() < end:
+            time.sleep(0.1)
+        assert _our_servers() != servers, proc.stderr.read() if proc.poll() is not None else "no server started"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        end = time.monotonic() + 20
+        while _our_servers() != servers and time.monotonic() < end:
+            time.sleep(0.2)
+        assert _our_servers() == servers
+    finally:
+        _set_iterations(work, ITERATIONS)

@@ -1,0 +1,100 @@
+"""A temporary Prefect API for command-line runs, owned by the run: it does not die on Ctrl-C, and it does not
+outlive its run.
+
+Without PREFECT_API_URL, Prefect starts its own temporary server as a child in the same process group, so
+Ctrl-C in a terminal (SIGINT to the whole group) kills the server first and the run then spends minutes
+retrying a dead API; and a `kill -9` of the run leaves the server orphaned. This one runs the same server in
+its own session (Ctrl-C reaches only the run, which then records its end and stops the server) and asks the
+kernel to end it when the run's process dies, however it dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _drain() -> None:
+    """Send the logs and events still queued before the server stops (as Prefect's own test harness does)."""
+    import inspect
+
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    async def drain() -> None:
+        try:
+            result = APILogWorker.instance().drain()
+            if inspect.isawaitable(result):
+                await result
+        except RuntimeError:  # never started
+            pass
+        result = EventsWorker.drain_all()
+        if inspect.isawaitable(result):
+            await result
+
+    run_coro_as_sync(drain())
+
+
+@contextlib.contextmanager
+def temporary_api(timeout_s: float = 180) -> Iterator[str | None]:
+    """Point Prefect at a server of this process's own for the block; yields its URL (None when PREFECT_API_URL
+    is already set: a running `prefect server start` or a test harness)."""
+    if os.environ.get("PREFECT_API_URL"):
+        yield None
+        return
+    import httpx
+    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+
+    port = _free_port()
+    env = os.environ | get_current_settings().to_environment_variables(exclude_unset=True) | {
+        "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
+         "--port", str(port), "--log-level", "error", "--lifespan", "on"],
+        env=env, start_new_session=True, preexec_fn=_die_with_parent)
+    url = f"http://127.0.0.1:{port}/api"
+    try:
+        end = time.monotonic() + timeout_s
+        while True:  # a fresh database migrates first: tens of seconds on 2 cores
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.monotonic() > end:
+                raise RuntimeError(f"the temporary Prefect server did not start (exit {server.poll()})")
+            time.sleep(0.5)
+        with temporary_settings(updates={PREFECT_API_URL: url}):
+            os.environ["PREFECT_API_URL"] = url  # for subprocesses too
+            try:
+                yield url
+            finally:
+                _drain()
+                os.environ.pop("PREFECT_API_URL", None)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
