@@ -96,7 +96,8 @@ class Store:
         with atomic_dir(entry.folder) as tmp:
             (tmp / "out").mkdir()
             result = work(tmp / "out")
-            (tmp / "result.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+            # keys in the order the stage made them: a view of a cached result is the same bytes as a fresh one
+            (tmp / "result.json").write_text(json.dumps(result, indent=1) + "\n")
             (tmp / "made_by.json").write_text(json.dumps(made_by or {}))
             write_manifest(tmp)
         return result

@@ -172,4 +172,4 @@ def test_dvc_stages_find_what_the_flow_computed(runs):
     heldout = runs[0]["eval"]["heldout"]
     import json
 
-    assert json.loads(Path("metrics/eval.json").read_text()) == heldout
+    assert Path("metrics/eval.json").read_text() == json.dumps(heldout, indent=1) + "\n"  # same bytes as computed
