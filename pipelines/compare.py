@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import polars as pl
 
@@ -83,6 +84,7 @@ def plot(table: pl.DataFrame, by: str, metrics: list[str], path: str) -> None:
         ax.set_title(metric, fontsize=9)
         ax.set_xlabel(by.removeprefix("params."))
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
 
 
