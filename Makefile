@@ -19,8 +19,11 @@ test: $(STAMP)
 	python -m pytest
 
 bench: $(STAMP)
+	python -m pytest -m slow
 	python bench/sampler_throughput.py
 	python bench/update_cost.py
+	python bench/amused_cost.py
+	python bench/amused_learning.py
 
 clean:
 	rm -rf .prefect mlflow.db mlartifacts

@@ -17,7 +17,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from cogrpo.config import ModelConfig, ScheduleConfig
+from cogrpo.backbones.embedded import EmbeddedGenerator
 from cogrpo.backbones.mdm import MDM, MDMConfig
+from cogrpo.core.generator import Condition
 from cogrpo.core.sampler import sample
 from cogrpo.core.schedule import base_knobs
 
@@ -48,14 +50,15 @@ def main() -> None:
         model = MDM(MDMConfig(4, 4, 6, m.text_encoder, 384, m.max_text_tokens, m.dim, m.layers, m.heads)).eval()
     text = torch.randn(args.batch, args.text_tokens, model.cfg.text_dim)
     mask = torch.ones(args.batch, args.text_tokens, dtype=torch.bool)
+    cond, model = Condition({"text": text, "text_mask": mask}), EmbeddedGenerator(model, text=None, tokenizer=None)
     knobs, seeds = base_knobs(ScheduleConfig(steps=args.steps)), torch.arange(args.batch)
     with FlopCounterMode(display=False) as counter:
-        sample(model, text, mask, knobs, seeds)
+        sample(model, cond, knobs, seeds)
     flops = counter.get_total_flops()
     peak = matmul_flops()
     start = time.perf_counter()
     for _ in range(args.repeats):
-        sample(model, text, mask, knobs, seeds)
+        sample(model, cond, knobs, seeds)
     seconds = (time.perf_counter() - start) / args.repeats
     achieved = flops / seconds
     report = {"images_per_s": args.batch / seconds, "model_gflop_per_image": flops / args.batch / 1e9,

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import torch
 
+from cogrpo.backbones.embedded import EmbeddedGenerator
 from cogrpo.backbones.mdm import MDM, MDMConfig
 from cogrpo.core.batch import GroupedBatch
+from cogrpo.core.generator import Condition
 from cogrpo.core.schedule import base_knobs
 from cogrpo.core.trainer import CoGRPO
 from cogrpo.validate import load_params
@@ -39,12 +41,12 @@ def main() -> None:
         model = MDM(MDMConfig(params.world.grid, len(params.world.shapes), len(params.world.colors), m.text_encoder,
                               384, m.max_text_tokens, m.dim, m.layers, m.heads)).eval()
     cfg = params.train.model_copy(update={"mode": "co"})
-    trainer = CoGRPO(model, base_knobs(params.schedule), cfg)
     B, T = cfg.prompts_per_iter, params.schedule.steps
     text = torch.randn(B, args.text_tokens, model.cfg.text_dim)
     mask = torch.ones(B, args.text_tokens, dtype=torch.bool)
+    trainer = CoGRPO(EmbeddedGenerator(model, text=None, tokenizer=None), base_knobs(params.schedule), cfg)
     rewards = torch.rand(B * cfg.group_size)
-    batch = GroupedBatch(torch.arange(B), text, mask, cfg.group_size)
+    batch = GroupedBatch(torch.arange(B), Condition({"text": text, "text_mask": mask}), cfg.group_size)
     trainer.update(batch, trainer.rollout(batch), rewards)  # warm-up
     rollout_s = update_s = 0.0
     for _ in range(args.repeats):

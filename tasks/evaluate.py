@@ -9,8 +9,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from cogrpo.backbones.mdm import MDM
-from cogrpo.backbones.text import TextEncoder
+from cogrpo.backbones.loading import load_generator
 from cogrpo.benchmarks.geneval import evaluate, summarize
 from cogrpo.config import Params, ScheduleConfig
 from cogrpo.core.schedule import base_knobs, resolve_schedule
@@ -18,7 +17,6 @@ from cogrpo.images import captioned_grid
 from cogrpo.io import read_specs
 from cogrpo.world.checker import Checker
 from cogrpo.world.scenes import World
-from cogrpo.world.tokenizer import Tokenizer
 from tasks.context import StageContext
 
 
@@ -37,11 +35,10 @@ def run_eval(params: Params, model_dir: Path, tokenizer_dir: Path, prompts_file:
     """Results rows (GenEval's, one per image) and the decoded images of one prompt set under one schedule."""
     torch.set_num_threads(params.pretrain.threads)
     specs = read_specs(prompts_file)
-    model, tokenizer = MDM.load(model_dir), Tokenizer.load(tokenizer_dir)
-    text = TextEncoder(model.cfg.text_encoder, model.cfg.max_text_tokens)
+    gen = load_generator(params.model, {"model": model_dir, "tokenizer": tokenizer_dir})
     cfg = params.eval
-    return evaluate(model, text, tokenizer, Checker(World(params.world)), specs, knobs, cfg.samples_per_prompt,
-                    cfg.seed, cfg.batch_prompts, on_batch=lambda done, total: report(label, done, total))
+    return evaluate(gen, Checker(World(params.world)), specs, knobs, cfg.samples_per_prompt, cfg.seed,
+                    cfg.batch_prompts, on_batch=lambda done, total: report(label, done, total))
 
 
 def write_geneval_layout(out: Path, rows: list[dict], images: np.ndarray, title: str) -> None:

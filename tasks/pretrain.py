@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cogrpo.backbones.loading import write_pretrained_pointer
 from cogrpo.backbones.pretrain import build_model, make_pool, pretrain
 from cogrpo.backbones.text import TextEncoder
 from cogrpo.config import Params
@@ -17,7 +18,10 @@ from tasks.context import StageContext
 def pretrain_model(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
     """Pretrain on training prompts with scenes that avoid held-out colour–shape pairs; the model → out.
     Returns the final loss and the loss curve (wall-clock time goes to the progress report only: the result
-    must be the same bytes on every run)."""
+    must be the same bytes on every run). A pretrained backbone (aMUSEd) is not pretrained here: its base model
+    is a pointer to model.pretrained with the sha256 of the weights."""
+    if params.model.backbone != "embedded":
+        return {"final_loss": None, "steps": 0, "history": [], "pretrained": write_pretrained_pointer(params.model, out)}
     world, cfg = World(params.world), params.pretrain
     specs = read_specs(inputs["prompts"] / "train.parquet")
     held = HeldOut.from_json((inputs["prompts"] / "heldout.json").read_text())

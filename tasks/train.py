@@ -1,7 +1,8 @@
 """The Co-GRPO training session and the steps of one iteration as Prefect tasks.
 
 `TrainingSession` owns everything a run holds between iterations: the trainer (θ, θ_ref, φ, optimizers), the
-text encoder, the tokenizer that decodes tokens to images, the reward function and the training prompts. It
+generator (its text encoder encodes the prompts, its decoder turns tokens into images), the reward function and
+the training prompts. It
 lives in the process that runs the loop (flows/train.py); nothing is written and read back between the steps
 of an iteration. The session's state folder holds:
     <state_dir>/checkpoints/<iteration>/   model, reference, schedule policy, optimizers, history (manifest last)
@@ -19,8 +20,7 @@ import torch
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from cogrpo.backbones.mdm import MDM
-from cogrpo.backbones.text import TextEncoder
+from cogrpo.backbones.loading import load_generator
 from cogrpo.config import Params
 from cogrpo.core import checkpoints
 from cogrpo.core.batch import GroupedBatch
@@ -31,7 +31,6 @@ from cogrpo.images import image_grid
 from cogrpo.io import read_specs
 from cogrpo.rewards import combine
 from cogrpo.world.scenes import World
-from cogrpo.world.tokenizer import Tokenizer
 
 
 class TrainingSession:
@@ -44,12 +43,10 @@ class TrainingSession:
         if cfg.prompts_per_iter > len(self.specs):
             raise InputError(f"train.prompts_per_iter = {cfg.prompts_per_iter} exceeds the {len(self.specs)} "
                              f"training prompts of {inputs['prompts'] / 'train.parquet'}")
-        model = MDM.load(inputs["model"])
+        self.generator = load_generator(params.model, inputs)
         bases = {T: base_knobs(params.schedule.model_copy(update={"steps": T}))
                  for T in [params.schedule.steps, *cfg.extra_steps]}
-        self.trainer = CoGRPO(model, bases, cfg)
-        self.text = TextEncoder(model.cfg.text_encoder, model.cfg.max_text_tokens)
-        self.tokenizer = Tokenizer.load(inputs["tokenizer"])
+        self.trainer = CoGRPO(self.generator, bases, cfg)
         terms = [(t.name, t.weight, t.normalize) for t in cfg.rewards]
         self.reward = combine(terms + [("strict", 0.0, False)], World(params.world))  # strict: accuracy per tag
         self.state_dir = state_dir
@@ -58,7 +55,7 @@ class TrainingSession:
         ckpt = checkpoints.latest_good(state_dir / "checkpoints", cfg.iterations, warn)
         if ckpt is not None:
             self.trainer.load(ckpt)
-            checkpoints.require_finite(self.trainer.model.state_dict().items(), str(ckpt / "model"))
+            checkpoints.require_finite(self.trained_weights(), str(ckpt / "model"))
             self.history = [json.loads(line) for line in (ckpt / "history.jsonl").read_text().splitlines()]
         self.resumed_at = self.iteration
         (state_dir / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in self.history))
@@ -67,17 +64,20 @@ class TrainingSession:
     def iteration(self) -> int:
         return self.trainer.iteration
 
+    def trained_weights(self):
+        return [(f"trained[{i}]", p) for i, p in enumerate(self.generator.trainable_parameters())]
+
     def draw_batch(self) -> GroupedBatch:
         """This iteration's prompts (tag-balanced, seeded by (seed, iteration)) with their encodings."""
         gen = iteration_generator(self.cfg.seed, self.iteration, 0)
         rows = draw_prompts([s["tag"] for s in self.specs], self.cfg.prompts_per_iter, gen)
-        text, mask = self.text.encode([self.specs[r]["prompt"] for r in rows.tolist()])
-        return GroupedBatch(rows, text, mask, self.cfg.group_size)
+        cond = self.generator.encode([self.specs[r]["prompt"] for r in rows.tolist()])
+        return GroupedBatch(rows, cond, self.cfg.group_size)
 
     def score(self, batch: GroupedBatch, rollout: Rollout) -> dict[str, torch.Tensor]:
         """Decode every trajectory and score it: {"total": (B·G,), "strict": …, <each reward term>: …}."""
         specs = [self.specs[r] for r in batch.trajectory_rows().tolist()]
-        images = self.tokenizer.decode(rollout.traj.tokens)
+        images = self.generator.decode(rollout.traj.tokens)
         return self.reward(images, [s["prompt"] for s in specs], specs)
 
     def update(self, batch: GroupedBatch, rollout: Rollout, scores: dict[str, torch.Tensor]) -> dict:
@@ -99,12 +99,12 @@ class TrainingSession:
         from cogrpo.benchmarks.geneval import generate
 
         prompts = [s["prompt"] for s in self.specs[:n_prompts]]
-        traj = generate(self.trainer.model, self.text, prompts, self.trainer.policy.deterministic_knobs(), samples, 0)
-        return image_grid(self.tokenizer.decode(traj.tokens), cols=2 * samples)
+        traj = generate(self.generator, prompts, self.trainer.policy.deterministic_knobs(), samples, 0)
+        return image_grid(self.generator.decode(traj.tokens), cols=2 * samples)
 
     def save_checkpoint(self) -> Path:
         """A diverged model (NaN or inf weights) stops the run here, before it can become a checkpoint."""
-        checkpoints.require_finite(self.trainer.model.state_dict().items(), f"iteration {self.iteration}'s model")
+        checkpoints.require_finite(self.trained_weights(), f"iteration {self.iteration}'s model")
 
         def fill(folder: Path) -> None:
             self.trainer.save(folder)
@@ -115,8 +115,8 @@ class TrainingSession:
     def export(self, out: Path) -> dict:
         """The trained model, its learned schedule (plain per-step JSON; schedule_T<n>.json for each extra step
         count) and train.json → out; returns the run's summary and history."""
-        checkpoints.require_finite(self.trainer.model.state_dict().items(), "the trained model")
-        self.trainer.model.save(out)
+        checkpoints.require_finite(self.trained_weights(), "the trained model")
+        self.generator.save_trained(out)
         for i, (T, knobs) in enumerate(self.trainer.learned_schedules().items()):
             save_schedule(knobs, out / ("schedule.json" if i == 0 else f"schedule_T{T}.json"))
         last = self.history[-max(1, len(self.history) // 10):]

@@ -7,7 +7,9 @@ import torch
 
 from cogrpo.config import ScheduleConfig, TrainConfig
 from cogrpo.core.grpo import clipped_surrogate, group_advantages, k3_kl, zero_std_fraction
+from cogrpo.backbones.embedded import EmbeddedGenerator
 from cogrpo.backbones.mdm import MDM, MDMConfig
+from cogrpo.core.generator import Condition
 from cogrpo.core.policy import SchedulePolicy
 from cogrpo.core.schedule import KNOBS, base_knobs
 from cogrpo.core.batch import GroupedBatch
@@ -80,20 +82,22 @@ def test_schedule_bandit_finds_the_best_knob():
 
 def _batch() -> GroupedBatch:
     """Two prompts × G = 4: the (B, G) layout the trainer groups rewards by."""
-    return GroupedBatch(torch.arange(2), torch.randn(2, 5, 16), torch.ones(2, 5, dtype=torch.bool), 4)
+    return GroupedBatch(torch.arange(2), Condition({"text": torch.randn(2, 5, 16), "text_mask": torch.ones(2, 5, dtype=torch.bool)}), 4)
 
 
 def test_grouped_batch_layout_is_prompt_major():
-    b = GroupedBatch(torch.tensor([7, 3]), torch.randn(2, 5, 16), torch.ones(2, 5, dtype=torch.bool), 3)
+    text = torch.randn(2, 5, 16)
+    b = GroupedBatch(torch.tensor([7, 3]), Condition({"text": text}), 3)
     assert b.trajectory_rows().tolist() == [7, 7, 7, 3, 3, 3] and b.trajectories == 6
     assert b.groups(torch.arange(6.0)).tolist() == [[0, 1, 2], [3, 4, 5]]
-    assert torch.equal(b.per_trajectory(b.text)[4], b.text[1])
+    assert torch.equal(b.trajectory_cond().tensors["text"][4], text[1])
 
 
 def _tiny_trainer(mode, extra_steps=()):
     torch.manual_seed(0)
     model = MDM(MDMConfig(grid=4, n_shapes=4, n_colors=6, text_encoder="tiny-random", text_dim=16,
                           max_text_tokens=8, dim=32, layers=1, heads=2)).eval()
+    model = EmbeddedGenerator(model, text=None, tokenizer=None)  # the batches carry their conditions
     cfg = TrainConfig(mode=mode, group_size=4, prompts_per_iter=2, lr_model=1e-2, lr_schedule=1e-1)
     bases = {T: base_knobs(ScheduleConfig(steps=T)) for T in (4, *extra_steps)}
     return CoGRPO(model, bases, cfg)

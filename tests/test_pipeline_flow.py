@@ -92,7 +92,7 @@ def test_bad_override_is_one_line_naming_the_key(tiny_project, capsys):
     with pytest.raises(SystemExit):
         main(["--set", "train.rewards=[{name: nope}]"])
     assert capsys.readouterr().err.strip() == ("error: overrides: key 'train.rewards.0.name': unknown reward 'nope' "
-                                               "(known: compositional, strict)")
+                                               "(known: colour_match, compositional, strict)")
 
 
 def test_compare_reads_the_runs_back(runs, capsys, tmp_path):
@@ -107,6 +107,7 @@ def test_compare_reads_the_runs_back(runs, capsys, tmp_path):
     assert seed1 in out and (tmp_path / "compare.png").stat().st_size > 1000
 
 
+@pytest.mark.slow  # keeps `make test` within 10 minutes on 2 cores; `make bench` runs it
 def test_two_experiments_at_once_do_not_clobber_each_other(tiny_project, tmp_path):
     """Two `pipeline` processes started together on one project: shared stages are computed once, each
     training gets its own folder, each execution its own MLflow runs."""
@@ -154,6 +155,7 @@ def test_benchmark_flow_evaluates_a_trained_model_at_other_step_counts(runs):
     assert set(fewer["geneval"]) == set(same["geneval"]) and fewer != same
 
 
+@pytest.mark.slow  # keeps `make test` within 10 minutes on 2 cores; `make bench` runs it
 def test_dvc_stages_find_what_the_flow_computed(runs):
     """The other way in: after the flow, every DVC stage finds its result in the store (same params and code),
     computes nothing, and materialises the same bytes in the workspace."""

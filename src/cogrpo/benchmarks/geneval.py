@@ -15,19 +15,17 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from cogrpo.backbones.mdm import MDM
-from cogrpo.backbones.text import TextEncoder
+from cogrpo.core.generator import Generator
 from cogrpo.core.sampler import Trajectory, sample
 from cogrpo.world.checker import Checker
 from cogrpo.world.prompts import GENEVAL_TAGS
-from cogrpo.world.tokenizer import Tokenizer
 
 
 def trajectory_seeds(seed: int, n: int, offset: int = 0) -> torch.Tensor:
     return torch.arange(offset, offset + n, dtype=torch.long) + seed * 1_000_003
 
 
-def generate(model: MDM, text: TextEncoder, prompts: list[str], knobs: torch.Tensor, samples: int, seed: int,
+def generate(gen: Generator, prompts: list[str], knobs: torch.Tensor, samples: int, seed: int,
              batch_prompts: int = 64, on_batch: Callable[[int, int], None] | None = None) -> Trajectory:
     """`samples` trajectories per prompt, prompt-major; knobs (T, 4) or one (n, T, 4) row per trajectory.
     on_batch(prompts done, prompts in all) after each batch."""
@@ -35,12 +33,11 @@ def generate(model: MDM, text: TextEncoder, prompts: list[str], knobs: torch.Ten
     per_traj = knobs.dim() == 3
     for start in range(0, len(prompts), batch_prompts):
         chunk = prompts[start : start + batch_prompts]
-        emb, mask = text.encode(chunk)
+        cond = gen.encode(chunk)
         rows = torch.arange(start, start + len(chunk)).repeat_interleave(samples)
         first = start * samples
         k = knobs[first : first + len(rows)] if per_traj else knobs
-        parts.append(sample(model, emb.repeat_interleave(samples, 0), mask.repeat_interleave(samples, 0), k,
-                            trajectory_seeds(seed, len(rows), first), rows))
+        parts.append(sample(gen, cond.repeat_interleave(samples), k, trajectory_seeds(seed, len(rows), first), rows))
         if on_batch:
             on_batch(start + len(chunk), len(prompts))
     return Trajectory.cat(parts)
@@ -70,10 +67,9 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-def evaluate(model: MDM, text: TextEncoder, tokenizer: Tokenizer, checker: Checker, specs: list[dict],
-             knobs: torch.Tensor, samples: int, seed: int, batch_prompts: int = 64,
-             on_batch: Callable[[int, int], None] | None = None) -> tuple[list[dict], np.ndarray]:
+def evaluate(gen: Generator, checker: Checker, specs: list[dict], knobs: torch.Tensor, samples: int, seed: int,
+             batch_prompts: int = 64, on_batch: Callable[[int, int], None] | None = None) -> tuple[list[dict], np.ndarray]:
     """Generate, decode and check: results rows and the decoded images, prompt-major."""
-    traj = generate(model, text, [s["prompt"] for s in specs], knobs, samples, seed, batch_prompts, on_batch)
-    images = tokenizer.decode(traj.tokens)
+    traj = generate(gen, [s["prompt"] for s in specs], knobs, samples, seed, batch_prompts, on_batch)
+    images = gen.decode(traj.tokens)
     return score(checker, images, specs, traj.prompt_index), images

@@ -10,12 +10,13 @@ from dataclasses import dataclass
 
 import torch
 
+from cogrpo.core.generator import Condition
+
 
 @dataclass(frozen=True)
 class GroupedBatch:
     rows: torch.Tensor  # (B,) rows of the prompts in the prompt set
-    text: torch.Tensor  # (B, L, D) the prompts' text-encoder states, zero-padded
-    text_mask: torch.Tensor  # (B, L) real text tokens
+    cond: Condition  # the prompts' encoding, one row per prompt
     group_size: int  # G
 
     @property
@@ -29,6 +30,10 @@ class GroupedBatch:
     def per_trajectory(self, x: torch.Tensor) -> torch.Tensor:
         """A per-prompt tensor (B, …) repeated for each of its G trajectories: (B·G, …)."""
         return x.repeat_interleave(self.group_size, 0)
+
+    def trajectory_cond(self) -> Condition:
+        """The condition of every trajectory: (B·G) rows."""
+        return self.cond.repeat_interleave(self.group_size)
 
     def trajectory_rows(self) -> torch.Tensor:
         """(B·G,) the prompt row each trajectory answers."""

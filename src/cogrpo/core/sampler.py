@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from cogrpo.backbones.mdm import MDM
+from cogrpo.core.generator import Condition, Generator
 from cogrpo.core.schedule import masked_counts
 
 
@@ -58,29 +58,28 @@ def _gumbel(u: torch.Tensor) -> torch.Tensor:
     return -torch.log(-torch.log(u.clamp(1e-20, 1 - 1e-7)))
 
 
-def step_logprobs(model: MDM, x: torch.Tensor, text: torch.Tensor, text_mask: torch.Tensor,
-                  knobs_t: torch.Tensor) -> torch.Tensor:
-    """log softmax(guided logits / τ_s) at one step: (n, N, V)."""
-    logits = model.guided_logits(x, text, text_mask, knobs_t[:, 3])
+def step_logprobs(gen: Generator, x: torch.Tensor, cond: Condition, knobs_t: torch.Tensor) -> torch.Tensor:
+    """log softmax(guided logits / τ_s) at one step: (n, N, V), in float32 whatever the generator's dtype."""
+    logits = gen.guided_logits(x, cond, knobs_t[:, 3]).float()
     return torch.log_softmax(logits / knobs_t[:, 1, None, None], -1)
 
 
 @torch.no_grad()
-def sample(model: MDM, text: torch.Tensor, text_mask: torch.Tensor, knobs: torch.Tensor, seeds: torch.Tensor,
+def sample(gen: Generator, cond: Condition, knobs: torch.Tensor, seeds: torch.Tensor,
            prompt_index: torch.Tensor | None = None, progress: bool = False) -> Trajectory:
-    """Decode n trajectories. text (n, L, D) and text_mask (n, L) per trajectory; knobs (T, 4) shared or
-    (n, T, 4) per trajectory; seeds (n,)."""
-    n, N, V, mask_id = len(seeds), model.cfg.n_tokens, model.cfg.vocab_size, model.cfg.mask_id
-    knobs = knobs.expand(n, -1, -1) if knobs.dim() == 2 else knobs
+    """Decode n trajectories. cond: one row per trajectory; knobs (T, 4) shared or (n, T, 4) per trajectory;
+    seeds (n,). The decoding runs on the generator's device; the record comes back on the CPU."""
+    n, N, V, mask_id, device = len(seeds), gen.n_tokens, gen.codebook_size, gen.mask_id, gen.device
+    knobs = (knobs.expand(n, -1, -1) if knobs.dim() == 2 else knobs).to(device)
     T = knobs.shape[1]
-    counts = masked_counts(knobs[..., 0], N)
-    gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
-    x = torch.full((n, N), mask_id, dtype=torch.long)
-    commit_step = torch.full((n, N), T, dtype=torch.long)
-    logp = torch.zeros(n, T)
+    counts = masked_counts(knobs[..., 0].cpu(), N).to(device)
+    rngs = [torch.Generator(device).manual_seed(int(s)) for s in seeds]
+    x = torch.full((n, N), mask_id, dtype=torch.long, device=device)
+    commit_step = torch.full((n, N), T, dtype=torch.long, device=device)
+    logp = torch.zeros(n, T, device=device)
     for t in tqdm(range(T), desc="sampling", leave=False, disable=not progress):
-        noise = torch.stack([torch.rand(N, V + 1, generator=g) for g in gens])
-        lp = step_logprobs(model, x, text, text_mask, knobs[:, t])
+        noise = torch.stack([torch.rand(N, V + 1, generator=g, device=device) for g in rngs])
+        lp = step_logprobs(gen, x, cond, knobs[:, t])
         y = (lp + _gumbel(noise[..., :V])).argmax(-1)
         lp_y = lp.gather(-1, y[..., None])[..., 0]
         masked = x == mask_id
@@ -93,28 +92,30 @@ def sample(model: MDM, text: torch.Tensor, text_mask: torch.Tensor, knobs: torch
         logp[:, t] = (lp_y * commit).sum(1)
     if prompt_index is None:
         prompt_index = torch.arange(n)
-    return Trajectory(x, commit_step, knobs.clone(), logp, seeds.clone(), prompt_index.clone())
+    return Trajectory(x.cpu(), commit_step.cpu(), knobs.cpu().clone(), logp.cpu(), seeds.clone(), prompt_index.clone())
 
 
-def trajectory_token_logprobs(model: MDM, traj: Trajectory, text: torch.Tensor, text_mask: torch.Tensor,
+def trajectory_token_logprobs(gen: Generator, traj: Trajectory, cond: Condition,
                               steps: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-cell log-probs of the final tokens (n, S, N) at each of `steps`, and the mask (n, S, N) of the
-    cells committed at that step, recomputed from the record alone in one batched forward."""
+    cells committed at that step, recomputed from the record alone in one batched forward (on the generator's
+    device)."""
     n, T = traj.logp.shape
     steps = torch.arange(T) if steps is None else steps
-    S = len(steps)
-    before = traj.commit_step[:, None, :] < steps[None, :, None]  # (n, S, N) committed before step
-    x = torch.where(before, traj.tokens[:, None], model.cfg.mask_id).flatten(0, 1)
-    knobs = traj.knobs[:, steps].flatten(0, 1)
-    rep = lambda a: a.repeat_interleave(S, 0)  # noqa: E731
-    lp = step_logprobs(model, x, rep(text), rep(text_mask), knobs).view(n, S, -1, model.cfg.vocab_size)
-    lp_tok = lp.gather(-1, traj.tokens[:, None, :, None].expand(n, S, -1, 1))[..., 0]
-    return lp_tok, traj.commit_step[:, None, :] == steps[None, :, None]
+    S, device = len(steps), gen.device
+    commit_step, tokens = traj.commit_step.to(device), traj.tokens.to(device)
+    steps = steps.to(device)
+    before = commit_step[:, None, :] < steps[None, :, None]  # (n, S, N) committed before step
+    x = torch.where(before, tokens[:, None], gen.mask_id).flatten(0, 1)
+    knobs = traj.knobs.to(device)[:, steps].flatten(0, 1)
+    lp = step_logprobs(gen, x, cond.repeat_interleave(S), knobs).view(n, S, -1, gen.codebook_size)
+    lp_tok = lp.gather(-1, tokens[:, None, :, None].expand(n, S, -1, 1))[..., 0]
+    return lp_tok, commit_step[:, None, :] == steps[None, :, None]
 
 
-def trajectory_logprobs(model: MDM, traj: Trajectory, text: torch.Tensor, text_mask: torch.Tensor,
+def trajectory_logprobs(gen: Generator, traj: Trajectory, cond: Condition,
                         steps: torch.Tensor | None = None) -> torch.Tensor:
-    """Committed-token log-probs (n, len(steps)) under `model`; with the rollout's model this reproduces
-    traj.logp. Differentiable in the model."""
-    lp_tok, now = trajectory_token_logprobs(model, traj, text, text_mask, steps)
+    """Committed-token log-probs (n, len(steps)) under `gen`; with the rollout's weights this reproduces
+    traj.logp. Differentiable in the generator's weights."""
+    lp_tok, now = trajectory_token_logprobs(gen, traj, cond, steps)
     return (lp_tok * now).sum(-1)

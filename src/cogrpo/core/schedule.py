@@ -27,6 +27,8 @@ _EPS = 1e-4
 
 
 def base_ratios(curve: str, steps: int) -> torch.Tensor:
+    if curve == "amused":  # AmusedScheduler's cosine in its float32 arithmetic: cos(π/3)·N floors one token lower
+        return torch.cos((torch.arange(steps) + 1) / steps * math.pi / 2).clamp(0, 1)
     t = torch.arange(1, steps + 1, dtype=torch.float64) / steps
     if curve == "cosine":
         r = torch.cos(math.pi / 2 * t)
@@ -40,9 +42,13 @@ def base_ratios(curve: str, steps: int) -> torch.Tensor:
 
 
 def base_knobs(cfg: ScheduleConfig) -> torch.Tensor:
-    """(T, 4) knob values of the hand-crafted schedule: τ_r decays linearly from its start to start/T."""
+    """(T, 4) knob values of the hand-crafted schedule: τ_r decays linearly from its start, to start/T at the last
+    step (`per_step`) or to 0 there, as AmusedScheduler's linspace does (`to_zero`)."""
     T = cfg.steps
-    remask = cfg.remask_temperature * (1 - torch.arange(T, dtype=torch.float32) / T)
+    if cfg.remask_anneal == "to_zero":
+        remask = torch.linspace(cfg.remask_temperature, 0, T)
+    else:
+        remask = cfg.remask_temperature * (1 - torch.arange(T, dtype=torch.float32) / T)
     return torch.stack([base_ratios(cfg.ratio_curve, T), torch.full((T,), cfg.temperature), remask,
                         torch.full((T,), cfg.cfg)], -1)
 
@@ -54,7 +60,7 @@ def _inv_softplus(y: torch.Tensor) -> torch.Tensor:
 def to_preactivation(knobs: torch.Tensor) -> torch.Tensor:
     """Knob values → pre-activation space (the ratio is clamped away from 0 and 1 first)."""
     ratio = knobs[..., 0].clamp(_EPS, 1 - _EPS)
-    return torch.cat([torch.logit(ratio)[..., None], _inv_softplus(knobs[..., 1:])], -1)
+    return torch.cat([torch.logit(ratio)[..., None], _inv_softplus(knobs[..., 1:].clamp(min=_EPS))], -1)
 
 
 def from_preactivation(z: torch.Tensor) -> torch.Tensor:

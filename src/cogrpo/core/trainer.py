@@ -1,7 +1,7 @@
 """Co-GRPO: one rollout → score → update iteration over the model θ and the schedule policy φ.
 
-`CoGRPO` holds what persists across iterations (θ, the frozen θ_ref, φ, two optimizers) and saves it
-all as safetensors. φ is one schedule policy per trained step count (`train.extra_steps`); iterations
+`CoGRPO` holds what persists across iterations (the generator's trainable weights θ, its frozen reference θ_ref,
+φ, two optimizers) and saves all but θ_ref, which is the generator as loaded. φ is one schedule policy per trained step count (`train.extra_steps`); iterations
 cycle through the step counts, the model is shared. The mode decides only what is trainable and stochastic:
   co        θ and φ train; schedule actions are sampled from π_φ
   model     θ trains; the schedule is the deterministic base (actions 0, φ frozen)
@@ -12,7 +12,6 @@ exactly what an uninterrupted one would have done.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from dataclasses import dataclass
@@ -24,8 +23,8 @@ from torch import nn
 
 from cogrpo.config import TrainConfig
 from cogrpo.core.batch import GroupedBatch
+from cogrpo.core.generator import Generator
 from cogrpo.core.grpo import clipped_surrogate, group_advantages, k3_kl, zero_std_fraction
-from cogrpo.backbones.mdm import MDM
 from cogrpo.core.policy import SchedulePolicy
 from cogrpo.core.sampler import Trajectory, sample, trajectory_token_logprobs
 from cogrpo.core.schedule import KNOBS
@@ -73,20 +72,24 @@ def _tensors_to_state(prefix: str, tensors: dict, template: dict) -> dict:
 
 
 class CoGRPO:
-    def __init__(self, model: MDM, base_knobs: torch.Tensor | dict[int, torch.Tensor], cfg: TrainConfig):
-        """base_knobs: the base schedule (T, 4), or one per trained step count, the main one first."""
+    def __init__(self, model: Generator, base_knobs: torch.Tensor | dict[int, torch.Tensor], cfg: TrainConfig):
+        """model: the generator as loaded (its reference is taken now); base_knobs: the base schedule (T, 4), or one
+        per trained step count, the main one first."""
         bases = base_knobs if isinstance(base_knobs, dict) else {len(base_knobs): base_knobs}
         self.cfg = cfg
         self.model = model
-        self.ref = copy.deepcopy(model).eval().requires_grad_(False)
+        self.ref = model.reference()
         self.policies = nn.ModuleDict({str(T): SchedulePolicy(b, cfg.sigma_init, cfg.sigma_floor)
                                        for T, b in bases.items()})
         self.policy = self.policies[str(next(iter(bases)))]  # the main step count's: evaluation and export
         self.train_model = cfg.mode in ("co", "model")
         self.train_schedule = cfg.mode in ("co", "schedule")
-        model.requires_grad_(self.train_model)
+        self.trained = model.trainable_parameters()
+        model.requires_grad_(False)
+        for p in self.trained:
+            p.requires_grad_(self.train_model)
         self.policies.requires_grad_(self.train_schedule)
-        self.opt_model = torch.optim.Adam(model.parameters(), lr=cfg.lr_model) if self.train_model else None
+        self.opt_model = torch.optim.Adam(self.trained, lr=cfg.lr_model) if self.train_model else None
         self.opt_sched = (torch.optim.Adam(self.policies.parameters(), lr=cfg.lr_schedule)
                           if self.train_schedule else None)
         self.iteration = 0
@@ -110,8 +113,7 @@ class CoGRPO:
             actions, sched_logp = torch.zeros(n, T, len(KNOBS)), torch.zeros(n, T)
         seeds = torch.randint(0, 2**62, (n,), generator=gen)
         self.model.eval()
-        traj = sample(self.model, batch.per_trajectory(batch.text), batch.per_trajectory(batch.text_mask),
-                      policy.knobs(actions), seeds, batch.trajectory_rows())
+        traj = sample(self.model, batch.trajectory_cond(), policy.knobs(actions), seeds, batch.trajectory_rows())
         return Rollout(traj, actions, sched_logp)
 
     # ---- update --------------------------------------------------------------------------------------
@@ -124,7 +126,7 @@ class CoGRPO:
             self.iteration += 1
             return metrics | {"skipped": 1.0}
         adv = group_advantages(batch.groups(rewards), cfg.scale_by_std).flatten()[:, None]
-        emb, mask = batch.per_trajectory(batch.text), batch.per_trajectory(batch.text_mask)
+        cond = batch.trajectory_cond()
         T = ro.traj.steps
         n_steps = max(1, math.ceil(cfg.step_fraction * T))
         gen = iteration_generator(cfg.seed, self.iteration, 2)
@@ -135,19 +137,20 @@ class CoGRPO:
             loss = torch.zeros(())
             if self.train_model:  # the token action of a step: every cell it committed, one joint ratio
                 self.model.train()
-                lp_tok, now = trajectory_token_logprobs(self.model, ro.traj, emb, mask, steps)
+                lp_tok, now = trajectory_token_logprobs(self.model, ro.traj, cond, steps)
                 lp = (lp_tok * now).sum(-1)
-                sur = clipped_surrogate(lp, ro.traj.logp[:, steps], adv, cfg.clip_eps)
+                device = lp.device
+                sur = clipped_surrogate(lp, ro.traj.logp[:, steps].to(device), adv.to(device), cfg.clip_eps)
                 with torch.no_grad():
-                    ref_tok, _ = trajectory_token_logprobs(self.ref, ro.traj, emb, mask, steps)
+                    ref_tok, _ = trajectory_token_logprobs(self.ref, ro.traj, cond, steps)
                 kl = (k3_kl(lp_tok, ref_tok) * now).sum() / now.sum().clamp(min=1)
-                loss = loss + sur.loss + cfg.kl_beta * kl
+                loss = sur.loss + cfg.kl_beta * kl
                 metrics |= {"model/clip_fraction": sur.clip_fraction, "model/ratio_mean": sur.ratio_mean,
                             "model/kl": kl.item(), "model/loss": sur.loss.item()}
             if self.train_schedule:
                 lp_s = self.policies[str(T)].log_prob(ro.actions)[:, steps]
                 sur_s = clipped_surrogate(lp_s, ro.sched_logp[:, steps], adv, cfg.clip_eps)
-                loss = loss + sur_s.loss
+                loss = loss + sur_s.loss.to(loss.device)
                 metrics |= {"schedule/clip_fraction": sur_s.clip_fraction, "schedule/ratio_mean": sur_s.ratio_mean,
                             "schedule/loss": sur_s.loss.item()}
             if not torch.isfinite(loss):
@@ -158,7 +161,7 @@ class CoGRPO:
                     opt.zero_grad(set_to_none=True)
             loss.backward()
             if self.train_model:
-                metrics["model/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm).item()
+                metrics["model/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.trained, cfg.max_grad_norm).item()
                 self.opt_model.step()
             if self.train_schedule:
                 metrics["schedule/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.policies[str(T)].parameters(),
@@ -187,10 +190,9 @@ class CoGRPO:
 
     # ---- checkpoints ---------------------------------------------------------------------------------
     def save(self, folder: str | Path) -> None:
-        """Model (+ config.json), frozen reference, schedule policy, optimizers and the iteration."""
+        """Trained weights (the generator's format), schedule policy, optimizers and the iteration."""
         folder = Path(folder)
-        self.model.save(folder / "model")
-        save_file({k: v.contiguous() for k, v in self.ref.state_dict().items()}, str(folder / "ref.safetensors"))
+        self.model.save_trained(folder / "model")
         tensors = {f"policy.{k}": v.contiguous() for k, v in self.policies.state_dict().items()}
         for name, opt in (("opt_model", self.opt_model), ("opt_sched", self.opt_sched)):
             if opt:
@@ -200,8 +202,7 @@ class CoGRPO:
 
     def load(self, folder: str | Path) -> None:
         folder = Path(folder)
-        self.model.load_state_dict(MDM.load(folder / "model").state_dict())
-        self.ref.load_state_dict(load_file(str(folder / "ref.safetensors")))
+        self.model.load_trained(folder / "model")
         tensors = load_file(str(folder / "train_state.safetensors"))
         self.policies.load_state_dict({k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")})
         for name, opt in (("opt_model", self.opt_model), ("opt_sched", self.opt_sched)):

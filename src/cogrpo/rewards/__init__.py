@@ -20,6 +20,7 @@ RewardFn = Callable[[np.ndarray, Sequence[str], Sequence[dict]], torch.Tensor]
 REGISTRY: dict[str, str] = {
     "compositional": "cogrpo.rewards.checker:compositional",
     "strict": "cogrpo.rewards.checker:strict",
+    "colour_match": "cogrpo.rewards.pixels:colour_match",
 }
 
 

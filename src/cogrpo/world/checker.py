@@ -36,8 +36,12 @@ class Checker:
 
     def detect(self, image: np.ndarray) -> Detection:
         g, c = self.world.grid, self.world.cell
-        if image.shape != (g * c, g * c, 3):
-            raise ValueError(f"image of shape {image.shape}, expected {(g * c, g * c, 3)}")
+        if image.ndim != 3 or image.shape[2] != 3 or image.shape[0] != image.shape[1]:
+            raise ValueError(f"image of shape {image.shape}, expected a square RGB image")
+        if image.shape[0] != g * c:  # another backbone's resolution: read it at the world's (bilinear)
+            from PIL import Image
+
+            image = np.asarray(Image.fromarray(image).resize((g * c, g * c), Image.BILINEAR))
         px = image.astype(np.float32)
         ink = np.linalg.norm(px - np.array(BACKGROUND, np.float32), axis=-1) > FOREGROUND_DISTANCE
         cells_ink = ink.reshape(g, c, g, c).transpose(0, 2, 1, 3)  # (g, g, c, c)

@@ -1,0 +1,140 @@
+"""What aMUSEd costs under cogrpo, measured in one run on one device (random weights, no download):
+
+  P7   cogrpo's sampler ÷ diffusers' AmusedPipeline, same model, prompts, batch, steps and CFG (goal ≤ 1.0: the
+       per-trajectory knobs must cost nothing). Both decode to images.
+  P1   FLOP/s the sampler achieves (torch's FlopCounterMode over one call) ÷ the device's GEMM FLOP/s in the same
+       dtype, measured here (goal ≥ 0.5).
+  update cost: one LoRA Co-GRPO update per trained step ÷ rollout per step; peak memory of each (CUDA).
+
+    python bench/amused_cost.py                                     # tiny aMUSEd on the CPU
+    python bench/amused_cost.py --size 256 --dtype fp32 bf16 --batch 32 --group 8   # on a GPU
+Writes reports/amused_cost_<size>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from cogrpo.backbones.amused import DTYPES, AmusedGenerator
+from cogrpo.backbones.tiny_amused import make_tiny_amused
+from cogrpo.config import ModelConfig, ScheduleConfig, TrainConfig
+from cogrpo.core.batch import GroupedBatch
+from cogrpo.core.sampler import sample
+from cogrpo.core.schedule import base_knobs
+from cogrpo.core.trainer import CoGRPO
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, device, repeats: int) -> float:
+    fn()  # warm-up
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    _sync(device)
+    return (time.perf_counter() - start) / repeats
+
+
+def gemm_flops(device: torch.device, dtype: torch.dtype, n: int) -> float:
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    return 2 * n**3 / timed(lambda: a @ b, device, 20)
+
+
+def peak_gib(device: torch.device, fn) -> float | None:
+    if device.type != "cuda":
+        return None
+    torch.cuda.reset_peak_memory_stats(device)
+    fn()
+    return torch.cuda.max_memory_allocated(device) / 2**30
+
+
+def measure(folder: Path, dtype: str, args) -> dict:
+    from diffusers import AmusedPipeline
+
+    cfg = ModelConfig(backbone="amused", pretrained=str(folder), dtype=dtype, lora_rank=args.lora_rank,
+                      gradient_checkpointing=args.gradient_checkpointing)
+    gen = AmusedGenerator(folder, cfg)
+    device, prompts = gen.device, [f"a photo of object number {i}" for i in range(args.batch)]
+    pipe = AmusedPipeline.from_pretrained(folder, torch_dtype=DTYPES[dtype]).to(device)
+    pipe.set_progress_bar_config(disable=True)
+    schedule = ScheduleConfig(steps=args.steps, ratio_curve="amused", remask_temperature=2.0, remask_anneal="to_zero",
+                              cfg=10.0)
+    knobs, seeds = base_knobs(schedule), torch.arange(args.batch)
+
+    def ours():
+        with torch.no_grad():
+            return gen.decode(sample(gen, gen.encode(prompts), knobs, seeds).tokens)
+
+    def theirs():
+        return pipe(prompts, num_inference_steps=args.steps, guidance_scale=10.0, output_type="np",
+                    generator=torch.Generator(device).manual_seed(0)).images
+
+    ours_s, theirs_s = timed(ours, device, args.repeats), timed(theirs, device, args.repeats)
+    cond = gen.encode(prompts)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        sample(gen, cond, knobs, seeds)
+    sampler_only_s = timed(lambda: sample(gen, cond, knobs, seeds), device, args.repeats)
+    gemm = gemm_flops(device, DTYPES[dtype], args.gemm_n)
+
+    # one Co-GRPO iteration at this batch: B prompts × G trajectories
+    B = max(1, args.batch // args.group)
+    train_cfg = TrainConfig(mode="co", prompts_per_iter=B, group_size=args.group, lr_model=1e-4)
+    trainer = CoGRPO(gen, base_knobs(schedule), train_cfg)
+    batch = GroupedBatch(torch.arange(B), gen.encode(prompts[:B]), args.group)
+    rewards = torch.rand(B * args.group)
+    rollout_s = timed(lambda: trainer.rollout(batch), device, args.repeats)
+    ro = trainer.rollout(batch)
+    update_s = timed(lambda: trainer.update(batch, ro, rewards), device, args.repeats)
+    trained_steps = max(1, math.ceil(train_cfg.step_fraction * args.steps)) * train_cfg.inner_epochs
+    return {
+        "dtype": dtype, "device": str(device), "batch": args.batch, "steps": args.steps,
+        "frozen_transformer_params": sum(p.numel() for p in gen.transformer.parameters() if not p.requires_grad),
+        "trained_params": sum(p.numel() for p in gen.trainable_parameters()),
+        "P7_sampler_over_pipeline": ours_s / theirs_s, "sampler_s": ours_s, "pipeline_s": theirs_s,
+        "P1_achieved_over_gemm": counter.get_total_flops() / sampler_only_s / gemm,
+        "sampler_tflops": counter.get_total_flops() / sampler_only_s / 1e12, "gemm_tflops": gemm / 1e12,
+        "rollout_s_per_step": rollout_s / args.steps, "update_s_per_trained_step": update_s / trained_steps,
+        "update_over_rollout_per_step": (update_s / trained_steps) / (rollout_s / args.steps),
+        "rollout_peak_gib": peak_gib(device, lambda: trainer.rollout(batch)),
+        "update_peak_gib": peak_gib(device, lambda: trainer.update(batch, ro, rewards)),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", choices=["tiny", "256", "512"], default="tiny")
+    ap.add_argument("--dtype", nargs="+", default=["fp32"], choices=list(DTYPES))
+    ap.add_argument("--batch", type=int, default=16, help="images per sampler call (= B·G of the training batch)")
+    ap.add_argument("--group", type=int, default=8, help="G: trajectories per prompt in the training batch")
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--lora-rank", type=int, default=16)
+    ap.add_argument("--gradient-checkpointing", action="store_true")
+    ap.add_argument("--gemm-n", type=int, default=2048)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        torch.set_num_threads(2)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = make_tiny_amused(Path(tmp) / "amused", size=args.size)
+        runs = [measure(folder, dtype, args) for dtype in args.dtype]
+    out = Path(args.out or f"reports/amused_cost_{args.size}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"size": args.size, "runs": runs}, indent=1) + "\n")
+    print(json.dumps(runs, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Export a trained aMUSEd as a standalone diffusers folder: `python -m pipelines.export models/trained OUT`.
+
+OUT holds the snapshot's parts with the trained LoRA adapters merged into the transformer, loadable by
+`AmusedPipeline.from_pretrained(OUT)`, and the learned schedule.json beside them (the pipeline itself cannot
+take per-step knobs; cogrpo's sampler does). The model params come from params.yaml (model.pretrained names
+the base snapshot). No Prefect, no MLflow: a file conversion.
+"""
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from adapters.env import apply_defaults
+from cogrpo.errors import InputError
+
+
+def main(argv: list[str] | None = None) -> Path:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", type=Path, help="a trained model folder (the train stage's models/trained)")
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--params", default="params.yaml")
+    args = ap.parse_args(argv)
+    apply_defaults()
+    try:
+        from cogrpo.backbones.loading import load_generator
+        from cogrpo.validate import load_params
+
+        cfg = load_params(args.params).model
+        if cfg.backbone != "amused":
+            raise InputError(f"{args.params}: model.backbone is {cfg.backbone!r}; only aMUSEd exports to diffusers")
+        gen = load_generator(cfg, {"model": args.model})
+        gen.export(args.out)
+        for schedule in args.model.glob("schedule*.json"):
+            shutil.copy(schedule, args.out / schedule.name)
+    except (InputError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(args.out)
+    return args.out
+
+
+if __name__ == "__main__":
+    main()

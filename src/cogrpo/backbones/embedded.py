@@ -1,0 +1,55 @@
+"""The embedded world's generator: the small MDM, its frozen text encoder and the learned VQ tokenizer,
+behind the `Generator` interface (cogrpo.core.generator). Everything trains; the KL reference is a frozen copy.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from cogrpo.backbones.mdm import MDM
+from cogrpo.backbones.text import TextEncoder
+from cogrpo.core.generator import Condition
+from cogrpo.world.tokenizer import Tokenizer
+
+
+class EmbeddedGenerator(nn.Module):
+    def __init__(self, model: MDM, text: TextEncoder, tokenizer: Tokenizer):
+        super().__init__()
+        self.model, self.text, self.tokenizer = model, text, tokenizer
+        self.n_tokens, self.codebook_size, self.mask_id = model.cfg.n_tokens, model.cfg.vocab_size, model.cfg.mask_id
+        self.device = torch.device("cpu")
+
+    @classmethod
+    def load(cls, model_dir: str | Path, tokenizer_dir: str | Path) -> "EmbeddedGenerator":
+        model = MDM.load(model_dir)
+        return cls(model, TextEncoder(model.cfg.text_encoder, model.cfg.max_text_tokens), Tokenizer.load(tokenizer_dir))
+
+    def encode(self, prompts: list[str]) -> Condition:
+        text, mask = self.text.encode(prompts)
+        return Condition({"text": text, "text_mask": mask})
+
+    def guided_logits(self, tokens: torch.Tensor, cond: Condition, cfg_scale: torch.Tensor) -> torch.Tensor:
+        return self.model.guided_logits(tokens, cond.tensors["text"], cond.tensors["text_mask"], cfg_scale)
+
+    def decode(self, tokens: torch.Tensor) -> np.ndarray:
+        return self.tokenizer.decode(tokens)
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return list(self.model.parameters())
+
+    def reference(self) -> "EmbeddedGenerator":
+        return EmbeddedGenerator(copy.deepcopy(self.model).eval().requires_grad_(False), self.text, self.tokenizer)
+
+    def save_trained(self, folder: Path) -> None:
+        self.model.save(folder)
+
+    def load_trained(self, folder: Path) -> None:
+        self.model.load_state_dict(MDM.load(folder).state_dict())
+
+    def export(self, folder: Path) -> None:
+        self.model.save(folder)

@@ -1,0 +1,67 @@
+"""What the MDP core asks of a token image generator, and nothing more (DESIGN.md §3).
+
+The sampler, the trainer and the benchmarks see a backbone only through `Generator`: prompts become a
+`Condition`, a token state and a per-trajectory CFG scale become guided logits, tokens become images. The
+embedded MDM (cogrpo.backbones.embedded) and aMUSEd (cogrpo.backbones.amused) implement it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A batch of encoded prompts: batch-first tensors whose names and meaning belong to the generator that
+    made them (the embedded MDM: token states and their mask; aMUSEd: CLIP hidden states and pooled embedding)."""
+
+    tensors: dict[str, torch.Tensor]
+
+    def __len__(self) -> int:
+        return len(next(iter(self.tensors.values())))
+
+    def repeat_interleave(self, n: int) -> "Condition":
+        """Each prompt's row repeated n times in place: (B, …) → (B·n, …)."""
+        return Condition({k: v.repeat_interleave(n, 0) for k, v in self.tensors.items()})
+
+
+class Generator(Protocol):
+    """A masked token image generator with classifier-free guidance.
+
+    Logits are float32 over the codebook (the mask token is never predicted); `mask_id` is outside it.
+    `train()` / `eval()` / `parameters()` are torch's: a generator is an `nn.Module`.
+    """
+
+    n_tokens: int  # N image tokens
+    codebook_size: int  # V, the width of the logits
+    mask_id: int  # the [MASK] token of a token state
+    device: torch.device
+
+    def encode(self, prompts: list[str]) -> Condition:
+        """The prompts' condition (one row per prompt)."""
+
+    def guided_logits(self, tokens: torch.Tensor, cond: Condition, cfg_scale: torch.Tensor) -> torch.Tensor:
+        """l_u + w (l_c − l_u) at token states (B, N) for conditions of B rows and scales w (B,): (B, N, V)."""
+
+    def decode(self, tokens: torch.Tensor) -> np.ndarray:
+        """Final tokens (B, N) → uint8 RGB images (B, H, W, 3)."""
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """What a model update trains (LoRA adapters, or every weight of the denoiser)."""
+
+    def reference(self) -> "Generator":
+        """The frozen KL reference: the weights as loaded, before any update."""
+
+    def save_trained(self, folder: Path) -> None:
+        """Write the trained weights (what `load_trained` reads back) to folder."""
+
+    def load_trained(self, folder: Path) -> None:
+        """Read weights `save_trained` wrote, replacing the trainable ones."""
+
+    def export(self, folder: Path) -> None:
+        """Write the model in its backbone's own loadable format (a standalone folder)."""

@@ -1,0 +1,174 @@
+"""aMUSEd through the generator interface, on a tiny random aMUSEd in the hub snapshot layout (made offline).
+
+Parity with diffusers' own AmusedPipeline: with the token choice made greedy and the re-mask noise fixed to the same
+values on both sides (each side's noise function replaced, nothing else), cogrpo's sampler and the pipeline hold the
+same tokens after every step and decode the same images.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from cogrpo.backbones.amused import AmusedGenerator, snapshot_folder
+from cogrpo.backbones.tiny_amused import make_tiny_amused
+from cogrpo.config import ModelConfig, ScheduleConfig, TrainConfig
+from cogrpo.core import sampler as sampler_module
+from cogrpo.core.batch import GroupedBatch
+from cogrpo.core.sampler import sample, trajectory_logprobs
+from cogrpo.core.schedule import apply_actions, base_knobs
+from cogrpo.core.trainer import CoGRPO
+from cogrpo.errors import InputError
+
+PROMPTS = ["a red cube", "two blue dogs", "the green sky"]
+AMUSED_DEFAULTS = ScheduleConfig(steps=12, ratio_curve="amused", temperature=1.0, remask_temperature=2.0,
+                                 remask_anneal="to_zero", cfg=10.0)  # AmusedPipeline's defaults, as a base schedule
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_amused(tmp_path_factory.mktemp("hub") / "tiny-amused")
+
+
+def _gen(folder, **kw) -> AmusedGenerator:
+    torch.manual_seed(0)
+    return AmusedGenerator(folder, ModelConfig(backbone="amused", pretrained=str(folder), device="cpu", **kw))
+
+
+def _perturb_adapters(gen: AmusedGenerator, scale: float = 0.05) -> None:
+    """LoRA starts as a no-op (B = 0); move every adapter so that trained and reference logits differ."""
+    with torch.no_grad():
+        for p in gen.trainable_parameters():
+            p.add_(scale * torch.randn_like(p))
+
+
+def test_sampler_decodes_like_amused_pipeline(tiny, monkeypatch):
+    from diffusers import AmusedPipeline
+    import diffusers.schedulers.scheduling_amused as amused_scheduler
+
+    T, n = AMUSED_DEFAULTS.steps, len(PROMPTS)
+    gen = _gen(tiny, lora_rank=0)
+    noise = -torch.log(-torch.log(torch.rand(T, n, gen.n_tokens, generator=torch.Generator().manual_seed(1))))
+    calls = {"pipeline": 0, "ours": 0}
+
+    def fixed(side):
+        calls[side] += 1
+        return noise[calls[side] - 1]
+
+    pipe = AmusedPipeline.from_pretrained(tiny)
+    pipe.set_progress_bar_config(disable=True)
+    states = []
+    with monkeypatch.context() as m:  # the pipeline: greedy token choice, the fixed re-mask noise
+        m.setattr(torch, "multinomial", lambda probs, k, generator=None: probs.argmax(-1, keepdim=True))
+        m.setattr(amused_scheduler, "gumbel_noise", lambda t, generator=None: fixed("pipeline"))
+        out = pipe(PROMPTS, num_inference_steps=T, guidance_scale=10.0, output_type="np",
+                   callback=lambda i, t, latents: states.append(latents.flatten(1).clone()))
+    with monkeypatch.context() as m:  # ours: no token noise, the same re-mask noise
+        m.setattr(sampler_module, "_gumbel", lambda u: torch.zeros_like(u) if u.dim() == 3 else fixed("ours"))
+        traj = sample(gen, gen.encode(PROMPTS), base_knobs(AMUSED_DEFAULTS), torch.arange(n))
+    assert len(states) == T
+    for t in range(T):
+        ours = torch.where(traj.commit_step <= t, traj.tokens, gen.mask_id)
+        assert torch.equal(ours, states[t]), f"step {t}"
+    assert np.array_equal(gen.decode(traj.tokens), (out.images * 255).round().astype(np.uint8))
+
+
+def test_exact_logprob_recompute_with_lora(tiny):
+    gen = _gen(tiny, lora_rank=4)
+    _perturb_adapters(gen)
+    g = torch.Generator().manual_seed(0)
+    knobs = apply_actions(base_knobs(AMUSED_DEFAULTS.model_copy(update={"steps": 6})), 0.3 * torch.randn(6, 6, 4, generator=g))
+    cond = gen.encode(PROMPTS).repeat_interleave(2)
+    traj = sample(gen, cond, knobs, torch.arange(6))
+    assert torch.allclose(trajectory_logprobs(gen, traj, cond), traj.logp, atol=1e-5, rtol=0)
+    assert not torch.allclose(trajectory_logprobs(gen.reference(), traj, cond), traj.logp, atol=1e-3)
+
+
+def test_lora_trains_adapters_only_and_the_reference_is_the_base_without_a_copy(tiny):
+    gen = _gen(tiny, lora_rank=4)
+    base = _gen(tiny, lora_rank=0)
+    trained = gen.trainable_parameters()
+    assert trained and all(p.dtype == torch.float32 for p in trained)
+    names = {n for n, p in gen.transformer.named_parameters() if any(p is q for q in trained)}
+    assert names and all("lora_" in n for n in names) and any("to_q" in n for n in names)
+    _perturb_adapters(gen)
+    ref = gen.reference()
+    assert sum(p.numel() for p in gen.parameters()) < 1.1 * sum(p.numel() for p in base.parameters())  # no copy
+    tokens = torch.full((3, gen.n_tokens), gen.mask_id)
+    cond, w = gen.encode(PROMPTS), torch.full((3,), 3.0)
+    with torch.no_grad():
+        assert torch.allclose(ref.guided_logits(tokens, cond, w), base.guided_logits(tokens, cond, w), atol=1e-5)
+        assert not torch.allclose(gen.guided_logits(tokens, cond, w), base.guided_logits(tokens, cond, w), atol=1e-3)
+        assert torch.allclose(ref.guided_logits(tokens, cond, w), base.guided_logits(tokens, cond, w), atol=1e-5)
+
+
+def test_adapters_round_trip_and_the_export_loads_in_amused_pipeline(tiny, tmp_path):
+    from diffusers import AmusedPipeline
+
+    gen = _gen(tiny, lora_rank=4)
+    _perturb_adapters(gen)
+    gen.save_trained(tmp_path / "ckpt")
+    assert {p.name for p in (tmp_path / "ckpt").iterdir()} == {"adapters.safetensors", "adapter.json"}
+    again = _gen(tiny, lora_rank=4)
+    again.load_trained(tmp_path / "ckpt")
+    tokens = torch.full((3, gen.n_tokens), gen.mask_id)
+    cond, w = gen.encode(PROMPTS), torch.full((3,), 3.0)
+    with torch.no_grad():
+        expected = gen.guided_logits(tokens, cond, w)
+        assert torch.equal(again.guided_logits(tokens, cond, w), expected)
+        gen.export(tmp_path / "export")
+        pipe = AmusedPipeline.from_pretrained(tmp_path / "export")
+        exported = _gen(tmp_path / "export", lora_rank=0)
+        assert torch.allclose(exported.guided_logits(tokens, cond, w), expected, atol=1e-4)
+        assert torch.equal(pipe.transformer.state_dict()["mlm_layer.conv1.weight"],
+                           exported.transformer.state_dict()["mlm_layer.conv1.weight"])
+
+
+def test_one_co_grpo_update_moves_only_the_adapters_and_the_schedule(tiny):
+    gen = _gen(tiny, lora_rank=4)
+    frozen = {n: p.clone() for n, p in gen.transformer.named_parameters() if "lora_" not in n}
+    cfg = TrainConfig(mode="co", group_size=4, prompts_per_iter=3, lr_model=1e-2)
+    trainer = CoGRPO(gen, base_knobs(AMUSED_DEFAULTS.model_copy(update={"steps": 4})), cfg)
+    batch = GroupedBatch(torch.arange(3), gen.encode(PROMPTS), 4)
+    before = [p.clone() for p in gen.trainable_parameters()]
+    ro = trainer.rollout(batch)
+    metrics = trainer.update(batch, ro, torch.arange(12.0) % 3)
+    assert metrics["skipped"] == 0 and metrics["model/grad_norm"] > 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, gen.trainable_parameters()))
+    assert all(torch.equal(p, frozen[n]) for n, p in gen.transformer.named_parameters() if "lora_" not in n)
+
+
+def test_missing_weights_fail_in_one_line_naming_the_param(tmp_path):
+    with pytest.raises(InputError, match=r"model.pretrained = .*not an aMUSEd snapshot folder"):
+        snapshot_folder(str(tmp_path / "nowhere"))
+    (tmp_path / "half" / "transformer").mkdir(parents=True)
+    with pytest.raises(InputError, match=r"missing vqvae, text_encoder, tokenizer, scheduler/"):
+        snapshot_folder(str(tmp_path / "half"))
+    with pytest.raises(InputError, match=r"model.pretrained = 'amused/amused-256'.*hf download"):
+        snapshot_folder("amused/amused-256")  # offline (HF_HUB_OFFLINE=1 in tests): no retry loop
+
+
+def test_adapter_file_is_json_describing_the_lora(tiny, tmp_path):
+    gen = _gen(tiny, lora_rank=2, lora_alpha=4.0)
+    gen.save_trained(tmp_path)
+    assert json.loads((tmp_path / "adapter.json").read_text()) == {
+        "pretrained": str(tiny), "lora_rank": 2, "lora_alpha": 4.0, "lora_targets": ["to_q", "to_k", "to_v"]}
+
+
+def test_the_pipeline_flow_runs_with_a_tiny_amused(tiny, tiny_project):
+    """Every stage through the real flow with model.backbone = amused: the base model is a pointer to the snapshot,
+    training trains LoRA adapters on colour_match, the evaluation loads base + adapters."""
+    from flows.pipeline import pipeline
+
+    amused = {"model.backbone": "amused", "model.pretrained": str(tiny), "model.lora_rank": 4,
+              "train.rewards": [{"name": "colour_match", "weight": 1.0}], "train.lr_model": 1e-2}
+    result = pipeline(overrides=amused)
+    out = {name: Path(stage["out"]) for name, stage in result["stages"].items()}
+    base = json.loads((out["pretrain"] / "generator.json").read_text())
+    assert base["backbone"] == "amused" and base["pretrained"] == str(tiny) and len(base["sha256"]) == 64
+    assert {"adapters.safetensors", "adapter.json", "schedule.json"} <= {p.name for p in out["train"].iterdir()}
+    assert json.loads((out["train"] / "train.json").read_text())["iterations"] == 3
+    for split in ("heldout", "seen"):
+        assert 0 <= result["eval"][split]["geneval"]["overall"] <= 1
