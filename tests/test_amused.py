@@ -172,3 +172,24 @@ def test_the_pipeline_flow_runs_with_a_tiny_amused(tiny, tiny_project):
     assert json.loads((out["train"] / "train.json").read_text())["iterations"] == 3
     for split in ("heldout", "seen"):
         assert 0 <= result["eval"][split]["geneval"]["overall"] <= 1
+
+
+def test_a_stage_without_the_weights_stops_in_seconds_with_one_line(tmp_path):
+    """Through the DVC entry point, offline, with model.pretrained naming nothing: exit 2, one line, before
+    Prefect starts."""
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"model": {"backbone": "amused",
+                                                                    "pretrained": "amused/amused-256"}}))
+    root = Path(__file__).resolve().parents[1]
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pipelines.stage", "pretrain"], cwd=tmp_path, capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 2 and time.monotonic() - start < 30
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "model.pretrained = 'amused/amused-256'" in lines[0] and "hf download" in lines[0]
+    assert not (tmp_path / "runs").exists()

@@ -1,6 +1,6 @@
 """Params as every entry point loads them: the schema (`cogrpo.config`) plus the checks that need the library
-(reward names from the registry, the training set's size), so a run that cannot work fails at load with one
-line naming the key, before anything is written."""
+(reward names from the registry, the training set's size, a pretrained backbone's weights), so a run that cannot
+work fails at load with one line naming the key, before anything is written."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ def cross_check(params: Params, source: str = "params") -> Params:
     if params.train.prompts_per_iter > most:
         raise ParamsError(f"{source}: key 'train.prompts_per_iter': {params.train.prompts_per_iter} exceeds the "
                           f"at most {most} training prompts this world and prompts section make")
+    if params.model.backbone == "amused":  # missing weights: one line now, not a traceback minutes later
+        from cogrpo.backbones.amused import snapshot_folder
+
+        snapshot_folder(params.model.pretrained)
     return params
 
 

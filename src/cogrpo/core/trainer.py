@@ -1,8 +1,8 @@
 """Co-GRPO: one rollout → score → update iteration over the model θ and the schedule policy φ.
 
 `CoGRPO` holds what persists across iterations (the generator's trainable weights θ, its frozen reference θ_ref,
-φ, two optimizers) and saves all but θ_ref, which is the generator as loaded. φ is one schedule policy per trained step count (`train.extra_steps`); iterations
-cycle through the step counts, the model is shared. The mode decides only what is trainable and stochastic:
+φ, two optimizers) and saves all but θ_ref, which is the generator as loaded. φ is one schedule policy per
+trained step count (`train.extra_steps`); iterations cycle through the step counts, the model is shared. The mode decides only what is trainable and stochastic:
   co        θ and φ train; schedule actions are sampled from π_φ
   model     θ trains; the schedule is the deterministic base (actions 0, φ frozen)
   schedule  φ trains; θ is frozen
