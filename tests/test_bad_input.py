@@ -122,6 +122,7 @@ def test_bad_params_fail_at_load_with_one_line_and_touch_nothing(restore, capsys
     assert {d: _snapshot(d) for d in ("runs", "models", "metrics")} == before
 
 
+@pytest.mark.slow  # keeps `make test` within 10 minutes on 2 cores; `make bench` runs it
 def test_dvc_repro_with_bad_params_keeps_every_output(tmp_path):
     """DVC removes a stage's outputs before running its command unless they persist: a bad params.yaml must
     leave data/prompts and the git-tracked metrics in place."""

@@ -91,6 +91,7 @@ def test_the_flow_finds_what_dvc_stages_computed(tiny_project):
     assert result["eval"]["heldout"] == json.loads(Path("metrics/eval.json").read_text())
 
 
+@pytest.mark.slow  # keeps `make test` within 10 minutes on 2 cores; `make bench` runs it
 def test_an_evaluation_is_the_same_bytes_in_two_processes(tiny_project, tmp_path):
     """Same inputs → same bytes: the baseline evaluated afresh in two processes with different hash seeds writes
     identical outputs (so DVC's hash of outputs/baseline does not change from run to run)."""
