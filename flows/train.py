@@ -38,7 +38,8 @@ def train_stage(params: Params, inputs: dict[str, Path], out: Path, ctx: StageCo
     return train(params, inputs, out, ctx.state_dir, ctx.mlflow_run_id)
 
 
-@flow(name="co-grpo-train")
+@flow(name="co-grpo-train",
+      flow_run_name="co-grpo · {params.train.mode} · seed {params.train.seed} · {params.schedule.steps} steps")
 def train(params: Params, inputs: dict[str, Path], out: Path, state_dir: Path, run_id: str | None = None) -> dict:
     """Train from inputs["model"] (or resume from state_dir), export the model and its learned schedule to out."""
     cfg, report = params.train, Reporter()  # the iteration metrics go to MLflow below, all of them

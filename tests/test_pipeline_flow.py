@@ -175,3 +175,18 @@ def test_dvc_stages_find_what_the_flow_computed(runs):
     import json
 
     assert Path("metrics/eval.json").read_text() == json.dumps(heldout, indent=1) + "\n"  # same bytes as computed
+
+
+def test_every_flow_run_is_named_by_what_it_is(runs):
+    """No random names (`imposing-clam`): the pipeline and the training subflow say mode, seed and steps."""
+    import asyncio
+
+    from prefect import get_client
+
+    async def names() -> list[str]:
+        async with get_client() as client:
+            return [r.name for r in await client.read_flow_runs()]
+
+    found = asyncio.run(names())
+    assert "co-grpo · co · seed 0 · 4 steps" in found and "pipeline · co · seed 1 · 4 steps" in found
+    assert all(n.startswith(("pipeline · ", "co-grpo · ", "stage-", "benchmark")) for n in found), found
