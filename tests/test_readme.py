@@ -3,7 +3,7 @@ the environment activated as the README says (`source .venv/bin/activate`: the v
 
 Left out, each for a reason: installing and the full-size run (`make`: CI runs `make test`), servers that run
 until stopped (`prefect server start`, `pipelines.serve`, `mlflow ui`: tests/test_deployment.py serves and
-triggers the deployments), background queue workers, and the hours-long benchmarks. About 5 minutes: slow.
+triggers the deployments), background queue workers, and the hours-long benchmarks. About 8 minutes: slow.
 """
 
 import os

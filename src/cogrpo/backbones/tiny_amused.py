@@ -92,6 +92,11 @@ def make_tiny_amused(folder: str | Path, seed: int = 0, size: str = "tiny") -> P
                                                           pad_token_id=tokenizer.pad_token_id))
         transformer = UVit2DModel(**transformer_cfg)
         vqvae = VQModel(**vqvae_cfg)
+        if size == "tiny":  # codes spread like a trained codebook's, and a decoder whose colours span the RGB cube:
+            with torch.no_grad():  # different tokens decode to visibly different images (random init: all grey-green)
+                vqvae.quantize.embedding.weight.normal_(0, 1)
+                vqvae.decoder.conv_out.weight.mul_(4)
+                vqvae.decoder.conv_out.bias.zero_()
     text.save_pretrained(folder / "text_encoder")
     transformer.save_pretrained(folder / "transformer")
     vqvae.save_pretrained(folder / "vqvae")
