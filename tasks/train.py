@@ -2,10 +2,10 @@
 
 `TrainingSession` owns everything a run holds between iterations: the trainer (θ, θ_ref, φ, optimizers), the
 generator (its text encoder encodes the prompts, its decoder turns tokens into images), the reward function and
-the training prompts. It
-lives in the process that runs the loop (flows/train.py); nothing is written and read back between the steps
-of an iteration. The session's state folder holds:
-    <state_dir>/checkpoints/<iteration>/   model, reference, schedule policy, optimizers, history (manifest last)
+the training prompts. It lives in the process that runs the loop (flows/train.py); nothing is written and read
+back between the steps of an iteration. The session's state folder holds:
+    <state_dir>/checkpoints/<iteration>/   trained weights, schedule policy, optimizers, history (manifest last);
+                                           the KL reference is the input model, rebuilt at resume
     <state_dir>/history.jsonl              an append-only log of every iteration's metrics, for the eye (tail it);
                                            never read back: a resumed run takes its history from the checkpoint
 """

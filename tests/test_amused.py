@@ -193,3 +193,27 @@ def test_a_stage_without_the_weights_stops_in_seconds_with_one_line(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "model.pretrained = 'amused/amused-256'" in lines[0] and "hf download" in lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+def test_adapters_that_do_not_match_the_params_are_refused(tiny, tmp_path):
+    gen = _gen(tiny, lora_rank=4, lora_targets=["to_q"])
+    gen.save_trained(tmp_path)
+    with pytest.raises(InputError, match=r"adapter.json: adapters made with .*params ask for"):
+        _gen(tiny, lora_rank=4).load_trained(tmp_path)  # to_k, to_v would silently stay at their zero init
+
+
+def test_the_reference_pass_leaves_frozen_adapters_frozen(tiny):
+    gen = _gen(tiny, lora_rank=4)
+    for p in gen.trainable_parameters():
+        p.requires_grad_(False)
+    tokens = torch.full((3, gen.n_tokens), gen.mask_id)
+    with torch.no_grad():
+        gen.reference().guided_logits(tokens, gen.encode(PROMPTS), torch.full((3,), 3.0))
+    assert not any(p.requires_grad for p in gen.trainable_parameters())
+
+
+def test_low_precision_full_fine_tuning_is_refused():
+    from cogrpo.config import ParamsError, parse_params
+
+    with pytest.raises(ParamsError, match=r"full fine-tuning \(lora_rank 0\) in bf16"):
+        parse_params({"model": {"backbone": "amused", "pretrained": "x", "lora_rank": 0, "dtype": "bf16"}})

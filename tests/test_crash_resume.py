@@ -187,6 +187,7 @@ def _own_api_cmd(cwd: Path) -> subprocess.Popen:
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow  # keeps `make test` within 10 minutes on 2 cores; `make bench` runs it
 def test_ctrl_c_stops_in_seconds_marks_the_run_killed_leaves_no_server_and_the_rerun_resumes(trained_inputs):
     """Ctrl-C in a terminal sends SIGINT to the whole foreground process group."""
     import mlflow

@@ -114,10 +114,6 @@ class ModelConfig(_Section):
         "auto", json_schema_extra=NOT_RESULT,
         description="aMUSEd: 'auto' (CUDA when present, else the CPU), 'cpu', 'cuda' or 'cuda:<i>'.",
     )
-    gradient_checkpointing: bool = Field(
-        False, json_schema_extra=NOT_RESULT,
-        description="aMUSEd: recompute the transformer's activations during backward (less memory, more time).",
-    )
     lora_rank: int = Field(
         16, ge=0, description="aMUSEd: rank of the LoRA adapters a model update trains; 0 trains the whole "
         "transformer (full fine-tuning: the KL reference is then a second copy of it).",
@@ -143,6 +139,9 @@ class ModelConfig(_Section):
     def _heads_divide_dim(self) -> "ModelConfig":
         if self.backbone == "amused" and not self.pretrained:
             raise ValueError("model.pretrained is required with model.backbone: amused (a snapshot folder or hub id)")
+        if self.backbone == "amused" and self.lora_rank == 0 and self.dtype != "fp32":
+            raise ValueError(f"full fine-tuning (lora_rank 0) in {self.dtype} would round most updates away: use "
+                             "dtype fp32, or LoRA (its adapters train in fp32 on a low-precision base)")
         if self.dim % self.heads:
             raise ValueError(f"dim ({self.dim}) must be a multiple of heads ({self.heads})")
         return self

@@ -76,6 +76,8 @@ class AmusedGenerator(nn.Module):
         load = dict(torch_dtype=dtype)
         self.transformer = UVit2DModel.from_pretrained(folder / "transformer", **load).to(self.device)
         self.vqvae = VQModel.from_pretrained(folder / "vqvae", **load).to(self.device).requires_grad_(False)
+        if dtype == torch.float16 and self.vqvae.config.force_upcast:  # as AmusedPipeline: fp16 VQ-GAN decodes in fp32
+            self.vqvae.float()
         self.text_encoder = CLIPTextModelWithProjection.from_pretrained(folder / "text_encoder", **load).to(self.device)
         self.text_encoder.requires_grad_(False).eval()
         self.tokenizer = CLIPTokenizer.from_pretrained(folder / "tokenizer")
@@ -95,8 +97,6 @@ class AmusedGenerator(nn.Module):
             for name, p in self.transformer.named_parameters():
                 if "lora_" in name:
                     p.data = p.data.float()  # adapters train in fp32 whatever the base dtype
-        if cfg.gradient_checkpointing:
-            self.transformer.enable_gradient_checkpointing()
         self.transformer.eval()
         self._null: Condition | None = None
 
@@ -171,10 +171,16 @@ class AmusedGenerator(nn.Module):
         if self.lora:
             from peft.utils import set_peft_model_state_dict
 
+            saved = json.loads((folder / "adapter.json").read_text())
+            mine = self.cfg.model_dump(include={"lora_rank", "lora_alpha", "lora_targets"})
+            if {k: saved.get(k) for k in mine} != mine:
+                raise InputError(f"{folder / 'adapter.json'}: adapters made with {saved}, params ask for {mine}")
             state = load_file(str(folder / ADAPTERS), device=str(self.device))
             result = set_peft_model_state_dict(self.transformer, state)
-            if result.unexpected_keys:
-                raise InputError(f"{folder / ADAPTERS}: adapters do not fit this model ({result.unexpected_keys[0]})")
+            missing = [k for k in result.missing_keys if "lora_" in k]
+            if result.unexpected_keys or missing:
+                raise InputError(f"{folder / ADAPTERS}: adapters do not fit this model "
+                                 f"({(result.unexpected_keys or missing)[0]})")
         else:
             from diffusers import UVit2DModel
 
@@ -190,10 +196,22 @@ class AmusedGenerator(nn.Module):
                 shutil.copytree(self.folder / part, folder / part, dirs_exist_ok=True)
         if (self.folder / "model_index.json").is_file():
             shutil.copy(self.folder / "model_index.json", folder / "model_index.json")
-        merged = copy.deepcopy(self.transformer)
+        from diffusers import UVit2DModel
+
+        # merged in fp32: a bf16 base would round most of a small trained delta away
+        merged = UVit2DModel.from_pretrained(self.folder / "transformer", torch_dtype=torch.float32)
         if self.lora:
+            from peft import LoraConfig
+            from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
+
+            merged.add_adapter(LoraConfig(r=self.cfg.lora_rank, lora_alpha=self.cfg.lora_alpha,
+                                          target_modules=list(self.cfg.lora_targets)))
+            adapters = get_peft_model_state_dict(self.transformer)
+            set_peft_model_state_dict(merged, {k: v.detach().float().cpu() for k, v in adapters.items()})
             merged.fuse_lora()
             merged.unload_lora()
+        else:
+            merged.load_state_dict({k: v.float().cpu() for k, v in self.transformer.state_dict().items()})
         merged.save_pretrained(folder / "transformer")
 
 
@@ -209,8 +227,11 @@ class _Reference:
     def guided_logits(self, tokens: torch.Tensor, cond: Condition, cfg_scale: torch.Tensor) -> torch.Tensor:
         if self.transformer is not None:
             return self.gen._guided(self.transformer, tokens, cond, cfg_scale)
+        trained = {p: p.requires_grad for p in self.gen.trainable_parameters()}
         self.gen.transformer.disable_adapters()
         try:
             return self.gen._guided(self.gen.transformer, tokens, cond, cfg_scale)
         finally:
-            self.gen.transformer.enable_adapters()
+            self.gen.transformer.enable_adapters()  # peft marks the adapters trainable again: restore what they were
+            for p, flag in trained.items():
+                p.requires_grad_(flag)

@@ -55,7 +55,8 @@ class Generator(Protocol):
         """What a model update trains (LoRA adapters, or every weight of the denoiser)."""
 
     def reference(self) -> "Generator":
-        """The frozen KL reference: the weights as loaded, before any update."""
+        """The frozen KL reference: the weights the training starts from. The trainer takes it before it loads a
+        checkpoint, so a resumed run keeps the reference of the run it resumes."""
 
     def save_trained(self, folder: Path) -> None:
         """Write the trained weights (what `load_trained` reads back) to folder."""
