@@ -9,7 +9,7 @@ memory on a GPU without downloading anything. The CLIP tokenizer is a byte-level
 byte symbols (each also as a word end) and a handful of merges: real CLIP tokenization rules, tiny vocabulary.
 
     python -m cogrpo.backbones.tiny_amused models/tiny-amused              # ~1 MB, a few seconds
-    python -m cogrpo.backbones.tiny_amused /tmp/amused-256 --size 256      # ~3.6 GB in fp32
+    python -m cogrpo.backbones.tiny_amused models/random-amused-256 --size 256   # a few GB: for a GPU machine
 """
 
 from __future__ import annotations
