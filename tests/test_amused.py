@@ -172,6 +172,17 @@ def test_the_pipeline_flow_runs_with_a_tiny_amused(tiny, tiny_project):
     assert json.loads((out["train"] / "train.json").read_text())["iterations"] == 3
     for split in ("heldout", "seen"):
         assert 0 <= result["eval"][split]["geneval"]["overall"] <= 1
+    # a longer run resumes from the 3-iteration checkpoint (adapters, policy, optimizers) and adds one iteration
+    longer = pipeline(overrides=amused | {"train.iterations": 4})
+    trained = Path(longer["stages"]["train"]["out"])
+    history = json.loads((trained / "train.json").read_text())
+    assert history["iterations"] == 4 and not longer["stages"]["train"]["cached"]
+    assert (trained / "adapters.safetensors").read_bytes() != (out["train"] / "adapters.safetensors").read_bytes()
+    import mlflow
+
+    runs = mlflow.search_runs(experiment_names=["cogrpo"], filter_string="tags.stage = 'train'",
+                              order_by=["attributes.start_time DESC"])
+    assert runs.iloc[0]["tags.resumed_at_iteration"] == "3"
 
 
 def test_a_stage_without_the_weights_stops_in_seconds_with_one_line(tmp_path):
