@@ -63,7 +63,8 @@ def peak_gib(device: torch.device, fn) -> float | None:
 def measure(folder: Path, dtype: str, args) -> dict:
     from diffusers import AmusedPipeline
 
-    cfg = ModelConfig(backbone="amused", pretrained=str(folder), dtype=dtype, lora_rank=args.lora_rank)
+    cfg = ModelConfig(backbone="amused", pretrained=str(folder), dtype=dtype, lora_rank=args.lora_rank,
+                      gradient_checkpointing=args.gradient_checkpointing)
     gen = AmusedGenerator(folder, cfg)
     device, prompts = gen.device, [f"a photo of object number {i}" for i in range(args.batch)]
     pipe = AmusedPipeline.from_pretrained(folder, torch_dtype=DTYPES[dtype]).to(device)
@@ -120,6 +121,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--lora-rank", type=int, default=16)
+    ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--gemm-n", type=int, default=2048)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()

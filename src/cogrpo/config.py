@@ -114,6 +114,10 @@ class ModelConfig(_Section):
         "auto", json_schema_extra=NOT_RESULT,
         description="aMUSEd: 'auto' (CUDA when present, else the CPU), 'cpu', 'cuda' or 'cuda:<i>'.",
     )
+    gradient_checkpointing: bool = Field(
+        False, json_schema_extra=NOT_RESULT,
+        description="aMUSEd: recompute each transformer layer's activations during backward (less memory, more time).",
+    )
     lora_rank: int = Field(
         16, ge=0, description="aMUSEd: rank of the LoRA adapters a model update trains; 0 trains the whole "
         "transformer (full fine-tuning: the KL reference is then a second copy of it).",

@@ -13,7 +13,6 @@ adapters the KL reference is the same modules with the adapters switched off, ne
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 from pathlib import Path
@@ -97,6 +96,8 @@ class AmusedGenerator(nn.Module):
             for name, p in self.transformer.named_parameters():
                 if "lora_" in name:
                     p.data = p.data.float()  # adapters train in fp32 whatever the base dtype
+        if cfg.gradient_checkpointing:
+            _checkpoint_layers(self.transformer)
         self.transformer.eval()
         self._null: Condition | None = None
 
@@ -153,7 +154,10 @@ class AmusedGenerator(nn.Module):
     def reference(self) -> "_Reference":
         if self.lora:
             return _Reference(self, None)
-        return _Reference(self, copy.deepcopy(self.transformer).requires_grad_(False).eval())
+        from diffusers import UVit2DModel
+
+        frozen = UVit2DModel.from_pretrained(self.folder / "transformer", torch_dtype=DTYPES[self.cfg.dtype])
+        return _Reference(self, frozen.to(self.device).requires_grad_(False).eval())
 
     def save_trained(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -215,9 +219,24 @@ class AmusedGenerator(nn.Module):
         merged.save_pretrained(folder / "transformer")
 
 
+def _checkpoint_layers(transformer: nn.Module) -> None:
+    """Recompute each transformer layer in backward. UVit2DModel's own switch cannot be used: its wrapper passes
+    the layers' keyword arguments to a function that takes none (diffusers 0.42), so it fails in the first update.
+    The layers' forward is wrapped in place, so parameter names (and LoRA adapter keys) stay as they are."""
+    from torch.utils.checkpoint import checkpoint
+
+    for layer in transformer.transformer_layers:
+        def forward(*args, _plain=layer.forward, **kwargs):
+            if torch.is_grad_enabled():
+                return checkpoint(_plain, *args, use_reentrant=False, **kwargs)
+            return _plain(*args, **kwargs)
+
+        layer.forward = forward
+
+
 class _Reference:
-    """The KL reference: the generator's own modules with the adapters switched off (LoRA), or a frozen copy of the
-    transformer as loaded (full fine-tuning)."""
+    """The KL reference: the generator's own modules with the adapters switched off (LoRA), or the snapshot's
+    transformer loaded again and frozen (full fine-tuning)."""
 
     def __init__(self, gen: AmusedGenerator, transformer: nn.Module | None):
         self.gen, self.transformer = gen, transformer
