@@ -135,6 +135,7 @@ def test_a_shorter_run_never_exports_the_longer_runs_model(trained_inputs):
         _set_iterations(work, ITERATIONS)
 
 
+@pytest.mark.slow  # keeps `make test` within 10 minutes on 2 cores; `make bench` runs it
 def test_a_corrupt_checkpoint_falls_back_to_the_previous_good_one(trained_inputs, tmp_path):
     """NaN bytes written over the newest checkpoint's model (size unchanged): the longer rerun warns, resumes from
     the checkpoint before it, and ends where an uninterrupted run ends; no non-finite model is ever exported."""
