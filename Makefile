@@ -1,10 +1,13 @@
 # Two commands do everything on a fresh machine: `make run` (the pipeline) and `make test`.
 VENV := .venv
 STAMP := $(VENV)/.installed
+# image-reward and hpsv2 live in an environment of their own (reward_server/requirements.txt says why)
+REWARD_VENV := .venv-reward
+REWARD_STAMP := $(REWARD_VENV)/.installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 # environment defaults (no hub downloads, no telemetry) are applied by every entry point: adapters/env.py
 
-.PHONY: run test bench clean
+.PHONY: run test bench clean reward-env reward-lock
 
 # constraints-cpu.txt pins the CPU build of torch that pip takes from local disk
 $(STAMP): pyproject.toml constraints-cpu.txt
@@ -12,13 +15,29 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 	$(VENV)/bin/pip install -q -c constraints-cpu.txt -e '.[dev]'
 	touch $@
 
+# the reward environment, installed from its lock (torch 2.14.1 + torchvision: about 6 GB, 2-3 minutes)
+$(REWARD_STAMP): reward_server/requirements.txt reward_server/constraints.txt
+	test -d $(REWARD_VENV) || python3 -m venv $(REWARD_VENV)
+	$(REWARD_VENV)/bin/pip install -q -c reward_server/constraints.txt -r reward_server/requirements.txt
+	touch $@
+
+reward-env: $(REWARD_STAMP)
+
+# after editing reward_server/requirements.txt: resolve it afresh and write the lock
+reward-lock:
+	rm -rf $(REWARD_VENV) && python3 -m venv $(REWARD_VENV)
+	$(REWARD_VENV)/bin/pip install -q -r reward_server/requirements.txt
+	{ sed -n 1,2p reward_server/constraints.txt; $(REWARD_VENV)/bin/pip freeze --all | grep -v '^pip=='; } > reward_server/constraints.tmp
+	mv reward_server/constraints.tmp reward_server/constraints.txt
+	touch $(REWARD_STAMP)
+
 run: $(STAMP)
 	dvc repro
 
-test: $(STAMP)
+test: $(STAMP) $(REWARD_STAMP)
 	python -m pytest
 
-bench: $(STAMP)
+bench: $(STAMP) $(REWARD_STAMP)
 	python -m pytest -m slow
 	python bench/sampler_throughput.py
 	python bench/update_cost.py

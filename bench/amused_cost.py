@@ -8,6 +8,7 @@
 
     python bench/amused_cost.py                                     # tiny aMUSEd on the CPU
     python bench/amused_cost.py --size 256 --dtype fp32 bf16 --batch 32 --group 8   # on a GPU
+    python bench/amused_cost.py --size 256 --batch 2 --group 2 --steps 2 --repeats 3   # full size on 2 CPU cores (~6 min)
 Writes reports/amused_cost_<size>.json.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -45,6 +47,20 @@ def timed(fn, device, repeats: int) -> float:
         fn()
     _sync(device)
     return (time.perf_counter() - start) / repeats
+
+
+def interleaved(a, b, device: torch.device, repeats: int) -> tuple[float, float]:
+    """Median seconds of a and of b, timed in turns (a, b, a, b, …) so that the machine's drifts hit both alike."""
+    a(), b()  # warm-up
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        for fn, out in ((a, times[0]), (b, times[1])):
+            _sync(device)
+            start = time.perf_counter()
+            fn()
+            _sync(device)
+            out.append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def gemm_flops(device: torch.device, dtype: torch.dtype, n: int) -> float:
@@ -81,7 +97,7 @@ def measure(folder: Path, dtype: str, args) -> dict:
         return pipe(prompts, num_inference_steps=args.steps, guidance_scale=10.0, output_type="np",
                     generator=torch.Generator(device).manual_seed(0)).images
 
-    ours_s, theirs_s = timed(ours, device, args.repeats), timed(theirs, device, args.repeats)
+    ours_s, theirs_s = interleaved(ours, theirs, device, args.repeats)
     cond = gen.encode(prompts)
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         sample(gen, cond, knobs, seeds)

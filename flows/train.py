@@ -1,7 +1,8 @@
 """The Co-GRPO training loop as one flow: rollout → score → update, iteration after iteration.
 
 The loop reads top to bottom here, over a `TrainingSession` (tasks/train.py) that owns the trainer, the text
-encoder, the reward function and the prompts; each step of an iteration is a Prefect task, so the UI shows
+encoder, the reward function and the prompts, beside the reward server when a reward model is in the sum
+(adapters/reward_server.py: started for the run, stopped with it); each step of an iteration is a Prefect task, so the UI shows
 every iteration. State reaches disk at checkpoints (every `train.checkpoint_every` iterations and at the end;
 besides them only an append-only metrics log); a rerun resumes from the newest good checkpoint and replays the
 same seeds, bit for bit.
@@ -14,10 +15,11 @@ from pathlib import Path
 from PIL import Image
 from prefect import flow
 
-from adapters import tracking
+from adapters import reward_server, tracking
 from adapters.progress import Reporter, run_logger
 from cogrpo.config import Params
 from cogrpo.io import exclusive
+from cogrpo.rewards import Term
 from tasks.context import StageContext
 from tasks.train import TrainingSession, co_update, grouped_rollout, save_checkpoint, score_rewards
 
@@ -43,17 +45,21 @@ def train_stage(params: Params, inputs: dict[str, Path], out: Path, ctx: StageCo
 def train(params: Params, inputs: dict[str, Path], out: Path, state_dir: Path, run_id: str | None = None) -> dict:
     """Train from inputs["model"] (or resume from state_dir), export the model and its learned schedule to out."""
     cfg, report = params.train, Reporter()  # the iteration metrics go to MLflow below, all of them
-    with exclusive(state_dir):
-        session = TrainingSession(params, inputs, state_dir, warn=run_logger().warning)
+    terms = [Term.of(t) for t in cfg.rewards]
+    with exclusive(state_dir), reward_server.serve(params.reward_models, terms, state_dir) as (url, served):
+        session = TrainingSession(params, inputs, state_dir, warn=run_logger().warning, reward_url=url)
         if run_id:
             tracking.claim_training(run_id, state_dir, session.resumed_at)
+            tracking.set_tags(run_id, {f"reward_model.{name}.{k}": str(v) for name, info in served.get(
+                "rewards", {}).items() for k, v in info.items()})
         for it in range(session.iteration + 1, cfg.iterations + 1):
             batch = session.draw_batch()
             rollout = grouped_rollout.with_options(task_run_name=f"rollout-{it}")(session, batch)
             scores = score_rewards.with_options(task_run_name=f"score-{it}")(session, batch, rollout)
             metrics = co_update.with_options(task_run_name=f"update-{it}")(session, batch, rollout, scores)
             if run_id:
-                tracking.log_metrics(run_id, _varying(metrics, cfg), step=it)
+                per_term = {f"reward/{t.label}": scores[t.label].mean().item() for t in terms}
+                tracking.log_metrics(run_id, _varying(metrics, cfg) | per_term, step=it)
             report(f"co-grpo [{cfg.mode}] iterations", it, cfg.iterations, reward_mean=metrics["reward_mean"])
             if run_id and it % cfg.sample_every == 0:
                 tracking.log_image(run_id, Image.fromarray(session.sample_grid()), f"samples/iter_{it:04d}.png")

@@ -29,14 +29,16 @@ from cogrpo.core.trainer import CoGRPO, Rollout, draw_prompts, iteration_generat
 from cogrpo.errors import InputError
 from cogrpo.images import image_grid
 from cogrpo.io import read_specs
-from cogrpo.rewards import combine
+from cogrpo.rewards import Term, combine
 from cogrpo.world.scenes import World
 
 
 class TrainingSession:
-    def __init__(self, params: Params, inputs: dict[str, Path], state_dir: Path, warn: Callable[[str], None]):
+    def __init__(self, params: Params, inputs: dict[str, Path], state_dir: Path, warn: Callable[[str], None],
+                 reward_url: str | None = None):
         """Build the run from the base model, or resume it from the newest good checkpoint at or before
-        train.iterations (a checkpoint past it belongs to a longer run of the same identity)."""
+        train.iterations (a checkpoint past it belongs to a longer run of the same identity). reward_url: the
+        reward server that scores the served reward terms (imagereward, hpsv2, clip), if any."""
         cfg = self.cfg = params.train
         torch.set_num_threads(params.pretrain.threads)
         self.specs = read_specs(inputs["prompts"] / "train.parquet")
@@ -47,8 +49,8 @@ class TrainingSession:
         bases = {T: base_knobs(params.schedule.model_copy(update={"steps": T}))
                  for T in [params.schedule.steps, *cfg.extra_steps]}
         self.trainer = CoGRPO(self.generator, bases, cfg)
-        terms = [(t.name, t.weight, t.normalize) for t in cfg.rewards]
-        self.reward = combine(terms + [("strict", 0.0, False)], World(params.world))  # strict: accuracy per tag
+        terms = [Term.of(t) for t in cfg.rewards] + [Term("strict", 0.0)]  # strict: accuracy per tag
+        self.reward = combine(terms, World(params.world), reward_url, params.reward_models.request_timeout_s)
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         self.history: list[dict] = []

@@ -185,6 +185,7 @@ def test_the_pipeline_flow_runs_with_a_tiny_amused(tiny, tiny_project):
     assert runs.iloc[0]["tags.resumed_at_iteration"] == "3"
 
 
+@pytest.mark.slow  # suite time; the same check at params load is in test_missing_weights_fail_in_one_line_naming_the_param
 def test_a_stage_without_the_weights_stops_in_seconds_with_one_line(tmp_path):
     """Through the DVC entry point, offline, with model.pretrained naming nothing: exit 2, one line, before
     Prefect starts."""

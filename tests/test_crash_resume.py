@@ -91,6 +91,7 @@ def test_kill_9_then_rerun_resumes_and_matches_an_uninterrupted_run(trained_inpu
     assert resumed_at % EVERY == 0 and resumed_at >= done_at_kill - EVERY  # lost ≤ one checkpoint interval
 
 
+@pytest.mark.slow  # suite time; the lock itself: tests/test_io.py
 def test_a_second_training_on_the_same_folder_is_refused(trained_inputs):
     from cogrpo.errors import InputError
     from cogrpo.io import exclusive

@@ -90,6 +90,7 @@ def test_a_triggered_run_completes(served):
     assert list(parent["tags.mode"]) == ["schedule"] and list(parent["params.train.seed"]) == ["3"]
 
 
+@pytest.mark.slow  # suite time; the same params check through the CLI: tests/test_pipeline_flow.py
 def test_a_bad_parameter_fails_the_run_with_one_line(served):
     from prefect.deployments import run_deployment
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from cogrpo.errors import InputError
-from cogrpo.rewards import REGISTRY, build, combine
+from cogrpo.rewards import REGISTRY, Term, build, combine
 from cogrpo.world.spec import Obj
 
 SPEC = {"tag": "color_attr", "prompt": "a photo of a red circle and a blue square",
@@ -22,15 +22,15 @@ def images(world):
 
 def test_checker_rewards(world, images):
     specs, prompts = [SPEC] * 3, [SPEC["prompt"]] * 3
-    comp = build("compositional", world)(images, prompts, specs)
+    comp = build(Term("compositional"), world)(images, prompts, specs)
     # facts: 2 counts, 2 colours, cleanliness; a green circle fails its colour and is an unrequested object
     assert torch.allclose(comp, torch.tensor([1.0, 3 / 5, 4 / 5]))
-    assert torch.equal(build("strict", world)(images, prompts, specs), torch.tensor([1.0, 0.0, 0.0]))
+    assert torch.equal(build(Term("strict"), world)(images, prompts, specs), torch.tensor([1.0, 0.0, 0.0]))
 
 
 def test_weighted_sum_and_normalisation(world, images):
     specs, prompts = [SPEC] * 3, [SPEC["prompt"]] * 3
-    out = combine([("compositional", 2.0, False), ("strict", 1.0, True)], world)(images, prompts, specs)
+    out = combine([Term("compositional", 2.0), Term("strict", 1.0, True)], world)(images, prompts, specs)
     strict = torch.tensor([1.0, 0.0, 0.0])
     z = (strict - strict.mean()) / (strict.std(unbiased=False) + 1e-6)
     assert torch.allclose(out["total"], 2 * out["compositional"] + z, atol=1e-5)
@@ -38,8 +38,8 @@ def test_weighted_sum_and_normalisation(world, images):
 
 
 def test_unknown_reward_is_one_clear_error(world):
-    with pytest.raises(InputError, match=r"unknown reward 'imagereward2' \(known: colour_match, compositional, strict\)"):
-        build("imagereward2", world)
+    with pytest.raises(InputError, match=r"unknown reward .imagereward2. \(known: clip, colour_match, compositional, hpsv2, imagereward, strict\)"):
+        build(Term("imagereward2"), world)
     assert {"compositional", "strict"} <= set(REGISTRY)
 
 

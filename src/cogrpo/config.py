@@ -194,10 +194,62 @@ class EvalConfig(_Section):
 
 
 class RewardTerm(_Section):
-    name: str = Field(description="A reward of cogrpo.rewards.REGISTRY, e.g. 'compositional' or 'strict' "
-                      "(checked by cogrpo.validate).")
+    name: str = Field(description="A reward of cogrpo.rewards.REGISTRY: 'compositional' or 'strict' (the embedded "
+                      "world's checker), 'colour_match', or a model the reward server scores: 'imagereward', "
+                      "'hpsv2', 'clip' (checked by cogrpo.validate).")
     weight: float = Field(1.0, ge=0, description="Weight (≥ 0, finite) of this reward in the sum.")
     normalize: bool = Field(False, description="z-normalise this reward over the batch before weighting.")
+    version: Literal["v2.0", "v2.1"] | None = Field(
+        None, exclude_if=lambda v: v is None, description="hpsv2 only, and required there: HPS v2.0 and v2.1 are different checkpoints and give "
+        "different numbers.")
+
+    @model_validator(mode="after")
+    def _version_for_hps(self) -> "RewardTerm":
+        if (self.name == "hpsv2") != (self.version is not None):
+            raise ValueError(f"reward {self.name!r}: 'version' (v2.0 or v2.1) is required for hpsv2 and only there")
+        return self
+
+
+class ImageRewardFiles(_Section):
+    checkpoint: str = Field("models/rewards/ImageReward.pt", description="ImageReward's state dict "
+                            "(ImageReward.pt of huggingface.co/THUDM/ImageReward).")
+    med_config: str = Field("models/rewards/med_config.json", description="BLIP's text config, beside it on the hub.")
+    bert_tokenizer: str | None = Field(
+        None, description="A folder with bert-base-uncased's vocab.txt, for BLIP's tokenizer offline; None: the "
+        "Hugging Face cache (filled by one online run) must hold bert-base-uncased.")
+
+
+class HPSFiles(_Section):
+    arch: str = Field("ViT-H-14", description="open_clip architecture of the HPS checkpoints (a model name, or a "
+                      "model config JSON file: tests use a tiny one).")
+    v2_0: str = Field("models/rewards/HPS_v2_compressed.pt", description="HPS v2.0 ({'state_dict': …}; "
+                      "huggingface.co/xswu/HPSv2).")
+    v2_1: str = Field("models/rewards/HPS_v2.1_compressed.pt", description="HPS v2.1, same place.")
+
+
+class ClipFiles(_Section):
+    arch: str = Field("ViT-H-14", description="open_clip architecture of the CLIP score's checkpoint.")
+    checkpoint: str = Field("models/rewards/open_clip_pytorch_model.bin", description="Its weights, e.g. from "
+                            "huggingface.co/laion/CLIP-ViT-H-14-laion2B-s32B-b79K.")
+
+
+class RewardModelsConfig(_Section):
+    """Where the served rewards (imagereward, hpsv2, clip) come from: a reward server this run starts in the
+    reward environment (`make reward-env`) and stops at its end, or one already running at `url`."""
+
+    url: str | None = Field(None, json_schema_extra=NOT_RESULT, description="A running reward server "
+                            "(http://host:port) that serves the rewards in use; None: start one for the run.")
+    python: str = Field(".venv-reward/bin/python", json_schema_extra=NOT_RESULT,
+                        description="The reward environment's Python, which runs the server `make reward-env` builds.")
+    device: str = Field("auto", json_schema_extra=NOT_RESULT, description="Device of the started server's models: "
+                        "'auto' (CUDA when present), 'cpu', 'cuda:<i>'.")
+    startup_timeout_s: float = Field(900.0, gt=0, json_schema_extra=NOT_RESULT,
+                                     description="Longest wait for a started server to load its models.")
+    request_timeout_s: float = Field(600.0, gt=0, json_schema_extra=NOT_RESULT,
+                                     description="Longest wait for one scored batch.")
+    imagereward: ImageRewardFiles = ImageRewardFiles()
+    hpsv2: HPSFiles = HPSFiles()
+    clip: ClipFiles = ClipFiles()
 
 
 class TrainConfig(_Section):
@@ -260,6 +312,7 @@ class Params(_Section):
     schedule: ScheduleConfig = ScheduleConfig()
     eval: EvalConfig = EvalConfig()
     train: TrainConfig = TrainConfig()
+    reward_models: RewardModelsConfig = RewardModelsConfig()
     sweep: list[SweepSchedule] = Field(
         default_factory=list, description="Hand-set schedules the schedule-sweep stage evaluates beside the base."
     )

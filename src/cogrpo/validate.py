@@ -20,6 +20,7 @@ def cross_check(params: Params, source: str = "params") -> Params:
             raise ParamsError(f"{source}: key 'train.rewards.{i}.name': unknown reward '{term.name}' "
                               f"(known: {', '.join(sorted(REGISTRY))})")
 
+    _served_rewards_can_start(params, source)
     most = max_train_prompts(World(params.world), params.prompts)
     if params.train.prompts_per_iter > most:
         raise ParamsError(f"{source}: key 'train.prompts_per_iter': {params.train.prompts_per_iter} exceeds the "
@@ -29,6 +30,24 @@ def cross_check(params: Params, source: str = "params") -> Params:
 
         snapshot_folder(params.model.pretrained)
     return params
+
+
+def _served_rewards_can_start(params: Params, source: str) -> None:
+    """Rewards the run's own reward server will score need its environment and their weight files, now."""
+    from cogrpo.rewards import SERVED, Term
+    from cogrpo.rewards.remote import server_files
+
+    served = [Term.of(t) for t in params.train.rewards if t.name in SERVED]
+    if not served or params.reward_models.url:
+        return
+    for label, key, path, where in server_files(params.reward_models, served):
+        if not path or not Path(path).is_file():
+            raise ParamsError(f"{source}: key '{key}': reward {label!r} needs {path!r}, which is not a file; "
+                              f"download {where} there, or give the path")
+    python = params.reward_models.python
+    if not Path(python).is_file():
+        raise ParamsError(f"{source}: key 'reward_models.python': {python!r} not found: build the reward "
+                          "environment with `make reward-env`, or give reward_models.url of a running server")
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:

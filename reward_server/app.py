@@ -1,0 +1,92 @@
+"""The reward server: loads the configured reward models once and scores batches of (prompt, image) over HTTP.
+
+    GET  /health  → {"status": "ok", "device", "torch", "rewards": {name: {package, checkpoint, sha256, …}}}
+    POST /score   ← {"reward": name, "prompts": [str × n],
+                     "images": {"shape": [n, H, W, 3], "data": base64 of the uint8 pixels, row-major}}
+                  → {"scores": [float × n], "seconds": float}
+Bad input answers 400 and a model failure 500, each as {"error": "<one line>"}. One request is scored at a time
+(the models are not thread-safe and share one device); /health answers meanwhile. The client is
+cogrpo.rewards.remote; the process that starts the server is adapters/reward_server.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import torch
+
+MAX_BATCH = 4096
+
+
+class BadRequest(Exception):
+    pass
+
+
+def parse_batch(body: dict, known: dict) -> tuple[str, list[str], np.ndarray]:
+    reward = body.get("reward")
+    if reward not in known:
+        raise BadRequest(f"unknown reward {reward!r}; this server serves {sorted(known)}")
+    prompts, images = body.get("prompts"), body.get("images")
+    if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+        raise BadRequest("'prompts' must be a list of strings")
+    if not isinstance(images, dict) or not isinstance(images.get("shape"), list) or "data" not in images:
+        raise BadRequest("'images' must be {'shape': [n, H, W, 3], 'data': base64 of uint8 pixels}")
+    shape = images["shape"]
+    if len(shape) != 4 or shape[3] != 3 or not all(isinstance(d, int) and d > 0 for d in shape):
+        raise BadRequest(f"images of shape {shape}: expected [n, H, W, 3] uint8 RGB")
+    if shape[0] != len(prompts) or not 0 < len(prompts) <= MAX_BATCH:
+        raise BadRequest(f"{len(prompts)} prompts for {shape[0]} images: one prompt per image, 1 to {MAX_BATCH}")
+    try:
+        raw = base64.b64decode(images["data"], validate=True)
+    except ValueError as exc:
+        raise BadRequest(f"'images.data' is not base64: {exc}") from None
+    if len(raw) != int(np.prod(shape)):
+        raise BadRequest(f"'images.data' holds {len(raw)} bytes; shape {shape} needs {int(np.prod(shape))}")
+    return reward, prompts, np.frombuffer(raw, np.uint8).reshape(shape)
+
+
+def make_server(models: dict, host: str, port: int, device: str) -> ThreadingHTTPServer:
+    lock = threading.Lock()
+    health = {"status": "ok", "device": device, "torch": torch.__version__,
+              "rewards": {name: m.info for name, m in models.items()}}
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self, code: int, payload: dict) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            if self.path == "/health":
+                self._answer(200, health)
+            else:
+                self._answer(404, {"error": f"no {self.path}; GET /health, POST /score"})
+
+        def do_POST(self) -> None:  # noqa: N802
+            if self.path != "/score":
+                return self._answer(404, {"error": f"no {self.path}; GET /health, POST /score"})
+            try:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                reward, prompts, pixels = parse_batch(body if isinstance(body, dict) else {}, models)
+            except (BadRequest, json.JSONDecodeError, ValueError) as exc:
+                return self._answer(400, {"error": str(exc)})
+            start = time.perf_counter()
+            try:
+                with lock:
+                    scores = models[reward].score(prompts, pixels)
+            except Exception as exc:  # the model's failure, reported rather than a dropped connection
+                return self._answer(500, {"error": f"{reward}: {type(exc).__name__}: {exc}"})
+            self._answer(200, {"scores": scores, "seconds": time.perf_counter() - start})
+
+        def log_message(self, fmt: str, *args) -> None:  # one line per request on stderr is noise here
+            pass
+
+    return ThreadingHTTPServer((host, port), Handler)
