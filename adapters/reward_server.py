@@ -78,3 +78,19 @@ def serve(cfg, terms: Sequence[Term], workdir: Path) -> Iterator[tuple[str | Non
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def pin_models(state_dir: Path, health: dict) -> None:
+    """A run's reward models are part of what it trains on, but params name only their paths: the first start
+    records the served checkpoints' sha256s in the run's folder, and a resume with other files is refused."""
+    served = {name: info.get("sha256") for name, info in health.get("rewards", {}).items()}
+    record = state_dir / "reward_models.json"
+    if not served:
+        return
+    if record.is_file():
+        before = json.loads(record.read_text())
+        if before != served:
+            raise InputError(f"{record}: this run was trained with reward checkpoints {before}, the server now "
+                             f"serves {served}; put new weights under a new path (a new run), or remove {state_dir}")
+    else:
+        record.write_text(json.dumps(served, indent=1, sort_keys=True) + "\n")

@@ -5,6 +5,8 @@
   P1   FLOP/s the sampler achieves (torch's FlopCounterMode over one call) ÷ the device's GEMM FLOP/s in the same
        dtype, measured here (goal ≥ 0.5).
   update cost: one LoRA Co-GRPO update per trained step ÷ rollout per step; peak memory of each (CUDA).
+  for estimates on devices not at hand: weights' size, GFLOP per trajectory of a rollout step and of an update's
+       trained step (FlopCounterMode), and the update's activations kept for backward per trajectory and step.
 
     python bench/amused_cost.py                                     # tiny aMUSEd on the CPU
     python bench/amused_cost.py --size 256 --dtype fp32 bf16 --batch 32 --group 8   # on a GPU
@@ -68,6 +70,32 @@ def gemm_flops(device: torch.device, dtype: torch.dtype, n: int) -> float:
     return 2 * n**3 / timed(lambda: a @ b, device, 20)
 
 
+def saved_for_backward_gib(fn) -> float:
+    """Bytes of the tensors autograd keeps for backward while fn runs (distinct storages): the activation memory
+    of an update, measured the same way on any device (the update is one forward over its steps, then one
+    backward, so all of them are alive at once)."""
+    seen: set[int] = set()
+    total = 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return total / 2**30
+
+
+def flops(fn) -> float:
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
 def peak_gib(device: torch.device, fn) -> float | None:
     if device.type != "cuda":
         return None
@@ -114,6 +142,9 @@ def measure(folder: Path, dtype: str, args) -> dict:
     ro = trainer.rollout(batch)
     update_s = timed(lambda: trainer.update(batch, ro, rewards), device, args.repeats)
     trained_steps = max(1, math.ceil(train_cfg.step_fraction * args.steps)) * train_cfg.inner_epochs
+    n_traj = B * args.group
+    weights = sum(p.numel() * p.element_size() for m in (gen.transformer, gen.text_encoder, gen.vqvae)
+                  for p in m.parameters())
     return {
         "dtype": dtype, "device": str(device), "batch": args.batch, "steps": args.steps,
         "frozen_transformer_params": sum(p.numel() for p in gen.transformer.parameters() if not p.requires_grad),
@@ -123,6 +154,12 @@ def measure(folder: Path, dtype: str, args) -> dict:
         "sampler_tflops": counter.get_total_flops() / sampler_only_s / 1e12, "gemm_tflops": gemm / 1e12,
         "rollout_s_per_step": rollout_s / args.steps, "update_s_per_trained_step": update_s / trained_steps,
         "update_over_rollout_per_step": (update_s / trained_steps) / (rollout_s / args.steps),
+        "weights_gib": weights / 2**30,
+        "rollout_gflop_per_trajectory_step": flops(lambda: trainer.rollout(batch)) / n_traj / args.steps / 1e9,
+        "update_gflop_per_trajectory_trained_step": flops(lambda: trainer.update(batch, ro, rewards)) / n_traj
+        / trained_steps / 1e9,
+        "update_activations_gib_per_trajectory_trained_step": saved_for_backward_gib(
+            lambda: trainer.update(batch, ro, rewards)) / n_traj / trained_steps,
         "rollout_peak_gib": peak_gib(device, lambda: trainer.rollout(batch)),
         "update_peak_gib": peak_gib(device, lambda: trainer.update(batch, ro, rewards)),
     }

@@ -1,4 +1,4 @@
-"""In-process timing for bench/reward_server.py; runs in the reward environment:
+"""In-process timing for bench/reward_serving.py; runs in the reward environment:
 
     .venv-reward/bin/python bench/reward_env_timing.py CONFIG.json IMAGES.npy PROMPTS.json REPEATS OUT.json
 

@@ -47,6 +47,7 @@ def train(params: Params, inputs: dict[str, Path], out: Path, state_dir: Path, r
     cfg, report = params.train, Reporter()  # the iteration metrics go to MLflow below, all of them
     terms = [Term.of(t) for t in cfg.rewards]
     with exclusive(state_dir), reward_server.serve(params.reward_models, terms, state_dir) as (url, served):
+        reward_server.pin_models(state_dir, served)
         session = TrainingSession(params, inputs, state_dir, warn=run_logger().warning, reward_url=url)
         if run_id:
             tracking.claim_training(run_id, state_dir, session.resumed_at)

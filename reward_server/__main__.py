@@ -23,12 +23,11 @@ from reward_server.models import ConfigError, load_all, pick_device
 
 
 def _exit_with(parent: int) -> None:
-    while True:
+    """The server is its run's child: when the run dies (however: a zombie not yet reaped counts as dead, a
+    reused pid does not fool it) the server is handed to another parent, and exits."""
+    while os.getppid() == parent:
         time.sleep(1.0)
-        try:
-            os.kill(parent, 0)
-        except ProcessLookupError:
-            os._exit(0)
+    os._exit(0)
 
 
 def main() -> None:
@@ -50,7 +49,8 @@ def main() -> None:
     if not models:
         print(f"reward server: {args.config} configures no reward model", file=sys.stderr)
         sys.exit(2)
-    server = make_server(models, args.host, args.port, pick_device(config.get("device", "auto")))
+    server = make_server(models, args.host, args.port, pick_device(config.get("device", "auto")),
+                         int(config.get("chunk", 32)))
     url = f"http://{args.host}:{server.server_address[1]}"
     if args.ready_file:
         tmp = args.ready_file.with_suffix(".tmp")

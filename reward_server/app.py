@@ -5,7 +5,7 @@
                      "images": {"shape": [n, H, W, 3], "data": base64 of the uint8 pixels, row-major}}
                   → {"scores": [float × n], "seconds": float}
 Bad input answers 400 and a model failure 500, each as {"error": "<one line>"}. One request is scored at a time
-(the models are not thread-safe and share one device); /health answers meanwhile. The client is
+(the models are not thread-safe and share one device), in chunks of `chunk` images; /health answers meanwhile. The client is
 cogrpo.rewards.remote; the process that starts the server is adapters/reward_server.py.
 """
 
@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 MAX_BATCH = 4096
+MAX_BODY = 2**31  # bytes of one request: 4096 images of 512 px, base64
 
 
 class BadRequest(Exception):
@@ -50,7 +51,8 @@ def parse_batch(body: dict, known: dict) -> tuple[str, list[str], np.ndarray]:
     return reward, prompts, np.frombuffer(raw, np.uint8).reshape(shape)
 
 
-def make_server(models: dict, host: str, port: int, device: str) -> ThreadingHTTPServer:
+def make_server(models: dict, host: str, port: int, device: str, chunk: int = 32) -> ThreadingHTTPServer:
+    """chunk: images per forward (config key "chunk")."""
     lock = threading.Lock()
     health = {"status": "ok", "device": device, "torch": torch.__version__,
               "rewards": {name: m.info for name, m in models.items()}}
@@ -74,17 +76,23 @@ def make_server(models: dict, host: str, port: int, device: str) -> ThreadingHTT
             if self.path != "/score":
                 return self._answer(404, {"error": f"no {self.path}; GET /health, POST /score"})
             try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                size = int(self.headers.get("Content-Length", 0))
+                if size > MAX_BODY:
+                    raise BadRequest(f"a request of {size} bytes; at most {MAX_BODY} (send smaller batches)")
+                body = json.loads(self.rfile.read(size))
                 reward, prompts, pixels = parse_batch(body if isinstance(body, dict) else {}, models)
             except (BadRequest, json.JSONDecodeError, ValueError) as exc:
                 return self._answer(400, {"error": str(exc)})
             start = time.perf_counter()
             try:
-                with lock:
-                    scores = models[reward].score(prompts, pixels)
+                with lock:  # in chunks: a training's whole batch at once could exhaust a shared GPU
+                    scores = [s for i in range(0, len(prompts), chunk)
+                              for s in models[reward].score(prompts[i:i + chunk], pixels[i:i + chunk])]
             except Exception as exc:  # the model's failure, reported rather than a dropped connection
                 return self._answer(500, {"error": f"{reward}: {type(exc).__name__}: {exc}"})
             self._answer(200, {"scores": scores, "seconds": time.perf_counter() - start})
+
+        timeout = 600  # seconds a client may take to send its request: a stalled one cannot hold a thread forever
 
         def log_message(self, fmt: str, *args) -> None:  # one line per request on stderr is noise here
             pass

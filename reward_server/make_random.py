@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from reward_server.models import register_arch, use_bert_tokenizer
+from reward_server.models import bert_tokenizer_here, register_arch
 
 # BLIP's med_config.json (ImageReward's copy): bert-base-uncased plus the two tokens BLIP adds, with cross-attention
 MED_CONFIG = {"architectures": ["BertModel"], "attention_probs_dropout_prob": 0.1, "hidden_act": "gelu",
@@ -34,11 +34,10 @@ def imagereward(out: Path, text_layers: int, seed: int, bert_tokenizer: Path | N
 
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    if bert_tokenizer:
-        use_bert_tokenizer(str(bert_tokenizer))
     (out / "med_config.json").write_text(json.dumps(MED_CONFIG | {"num_hidden_layers": text_layers}, indent=1))
     torch.manual_seed(seed)
-    model = ImageReward(med_config=str(out / "med_config.json"), device="cpu")
+    with bert_tokenizer_here(str(bert_tokenizer) if bert_tokenizer else None):
+        model = ImageReward(med_config=str(out / "med_config.json"), device="cpu")
     for layer in model.mlp.layers:  # its init (std 1/769) gives every image the same score: spread it
         if isinstance(layer, torch.nn.Linear):
             torch.nn.init.normal_(layer.weight, std=layer.in_features**-0.5)

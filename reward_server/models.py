@@ -4,12 +4,14 @@
                   forward (its `score(prompt, image)` runs the same forward one image at a time)
     hpsv2         hpsv2's vendored open_clip: create_model_and_transforms(arch) with the HPS checkpoint's
                   'state_dict' loaded strictly, as hpsv2.score does; score = diag(image_features @ text_features.T)
-                  under CUDA autocast as there (on the CPU autocast is off, as there)
-    clip          the same open_clip code with a plain CLIP checkpoint: 100 · cosine(image, text), the CLIP score
+                  under CUDA autocast as there (on the CPU autocast is off, as there); hpsv2.score takes one image
+                  at a time, the server a batch (the same per image up to float rounding: ≤ 1e-5 on the CPU)
+    clip          the same open_clip code with a plain CLIP checkpoint: 100 · max(cosine(image, text), 0), the CLIP score
 
 Simplified against the packages' own entry points, on purpose: hpsv2.score always downloads the LAION weights
 first (the HPS checkpoint then overwrites all of them), so the model is built without them; ImageReward.load
-loads with strict=False (a wrong file scores garbage silently), so the keys are checked here first.
+loads with strict=False (a wrong file scores garbage silently), so names and shapes are checked here.
+Any failure to load is a ConfigError: one line naming the reward and the file.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sys
 import tempfile
 from importlib.metadata import version
 from pathlib import Path
@@ -44,25 +47,39 @@ def _short_sha256(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def _check_keys(reward: str, path: Path, expected: set[str], found: set[str]) -> None:
-    # position_ids are fixed aranges that some transformers versions keep in the state dict and others do not
-    missing = sorted(k for k in expected - found if not k.endswith("position_ids"))
-    unexpected = sorted(k for k in found - expected if not k.endswith("position_ids"))
-    if missing or unexpected:
+def _check_state(reward: str, path: Path, expected: dict, found: dict, strict: bool) -> None:
+    """Names and shapes of the checkpoint against the model's. Missing or misshapen weights would be scored with
+    their random init (ImageReward.load's strict=False lets that pass): an error. Unknown extra entries change
+    nothing that is scored: an error where the package itself loads strictly (HPS), a warning otherwise."""
+    skip = lambda k: k.endswith("position_ids")  # noqa: E731  fixed aranges some transformers versions keep
+    missing = sorted(k for k in expected.keys() - found.keys() if not skip(k))
+    unknown = sorted(k for k in found.keys() - expected.keys() if not skip(k))
+    misshapen = sorted(k for k in expected.keys() & found.keys()
+                       if tuple(expected[k].shape) != tuple(getattr(found[k], "shape", ())))
+    if missing or misshapen or (strict and unknown):
         raise ConfigError(f"{reward}: {path} is not a checkpoint of this model: {len(missing)} weights missing "
-                          f"(e.g. {missing[:3]}), {len(unexpected)} unknown (e.g. {unexpected[:3]})")
+                          f"(e.g. {missing[:3]}), {len(misshapen)} of another shape (e.g. {misshapen[:3]}), "
+                          f"{len(unknown)} unknown (e.g. {unknown[:3]})")
+    if unknown:
+        print(f"reward server: {reward}: {path}: {len(unknown)} entries this model does not use, ignored "
+              f"(e.g. {unknown[:3]})", file=sys.stderr)
 
 
-def use_bert_tokenizer(folder: str) -> None:
+@contextlib.contextmanager
+def bert_tokenizer_here(folder: str | None):
     """BLIP loads its tokenizer as BertTokenizer.from_pretrained('bert-base-uncased'), by name, and a folder of
-    that name in the working directory wins over the hub: so work in a scratch directory holding one, a link to
-    `folder`. (Paths handed to this process are absolute: adapters/reward_server.py resolves them.)"""
+    that name in the working directory wins over the hub: inside this block the working directory is a scratch
+    one holding such a folder, a link to `folder` (None: nothing changes; the Hugging Face cache decides)."""
+    if not folder:
+        yield
+        return
     folder = Path(folder).resolve()
     if not (folder / "vocab.txt").is_file():
         raise ConfigError(f"imagereward: bert_tokenizer {str(folder)!r} has no vocab.txt (bert-base-uncased's)")
-    scratch = Path(tempfile.mkdtemp(prefix="reward-server-"))
-    (scratch / "bert-base-uncased").symlink_to(folder, target_is_directory=True)
-    os.chdir(scratch)
+    with tempfile.TemporaryDirectory(prefix="reward-server-") as scratch:
+        (Path(scratch) / "bert-base-uncased").symlink_to(folder, target_is_directory=True)
+        with contextlib.chdir(scratch):
+            yield
 
 
 def register_arch(arch: str) -> str:
@@ -87,15 +104,14 @@ class ImageRewardModel:
 
         ckpt = _require_file("imagereward", "checkpoint", checkpoint, f"download it from {self.IR_URL}")
         med = _require_file("imagereward", "med_config", med_config, f"download it from {self.IR_URL}")
-        if bert_tokenizer:
-            use_bert_tokenizer(bert_tokenizer)
-        found = set(torch.load(ckpt, map_location="cpu", mmap=True, weights_only=True))
+        found = _load(ckpt, "imagereward", mmap=True)
         try:
-            self.model = RM.load(str(ckpt), device=device, med_config=str(med))
+            with bert_tokenizer_here(bert_tokenizer):
+                self.model = RM.load(str(ckpt), device=device, med_config=str(med))
         except OSError as exc:  # the BERT vocabulary, offline
             raise ConfigError(f"imagereward: BLIP's tokenizer 'bert-base-uncased' cannot be loaded ({exc}); set "
-                              "bert_tokenizer to a folder with its vocab.txt, or run once online") from exc
-        _check_keys("imagereward", ckpt, set(self.model.state_dict()), found)
+                              "bert_tokenizer to a folder with its vocab.txt, or run once with HF_HUB_OFFLINE=0") from exc
+        _check_state("imagereward", ckpt, self.model.state_dict(), found, strict=False)
         self.device = device
         self.info = {"package": f"image-reward {version('image-reward')}", "checkpoint": str(ckpt),
                      "sha256": _short_sha256(ckpt), "med_config": str(med)}
@@ -109,12 +125,21 @@ class ImageRewardModel:
         return m.score_gard(text.input_ids, text.attention_mask, images).float().flatten().tolist()
 
 
+def _load(path: Path, reward: str, mmap: bool = False) -> dict:
+    """A checkpoint's tensors (weights only: no code runs from the file); a truncated or foreign file is one line."""
+    try:
+        return torch.load(path, map_location="cpu", mmap=mmap, weights_only=True)
+    except Exception as exc:  # truncated download, not a torch file, pickled code
+        raise ConfigError(f"{reward}: {path} cannot be read as a checkpoint ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0][:200]})") from None
+
+
 class OpenClipModel:
     """HPS v2.x (an open_clip model fine-tuned on human preferences) and a plain CLIP score share this code."""
 
     HPS_FILES = {"v2.0": "HPS_v2_compressed.pt", "v2.1": "HPS_v2.1_compressed.pt"}
 
-    def __init__(self, reward: str, checkpoint: str, arch: str, device: str, scale: float, normalize_text=True):
+    def __init__(self, reward: str, checkpoint: str, arch: str, device: str, scale: float, clamp: bool):
         from hpsv2.src.open_clip import create_model_and_transforms, get_tokenizer
 
         where = (f"download {self.HPS_FILES[reward.split('_')[1]]} from https://huggingface.co/xswu/HPSv2"
@@ -126,12 +151,13 @@ class OpenClipModel:
             force_patch_dropout=False, force_image_size=None, pretrained_image=False, image_mean=None, image_std=None,
             light_augmentation=True, aug_cfg={}, output_dict=True, with_score_predictor=False,
             with_region_predictor=False)
-        state = torch.load(ckpt, map_location=device, weights_only=False)
-        state = state.get("state_dict", state) if isinstance(state, dict) else state
-        _check_keys(reward, ckpt, set(self.model.state_dict()), set(state))
+        state = _load(ckpt, reward)
+        state = state.get("state_dict", state)
+        _check_state(reward, ckpt, self.model.state_dict(), state, strict=True)
         self.model.load_state_dict(state)
         self.model.eval()
         self.tokenizer, self.device, self.scale = get_tokenizer(register_arch(arch)), device, scale
+        self.floor = (lambda c: c.clamp(min=0)) if clamp else (lambda c: c)  # CLIPScore: 100 · max(cos, 0)
         self.info = {"package": f"hpsv2x {version('hpsv2x')}", "arch": arch, "checkpoint": str(ckpt),
                      "sha256": _short_sha256(ckpt)}
 
@@ -140,10 +166,10 @@ class OpenClipModel:
         images = torch.stack([self.preprocess(img) for img in _images(pixels)]).to(self.device)
         text = self.tokenizer(prompts).to(self.device)
         amp = torch.autocast("cuda") if self.device.startswith("cuda") else contextlib.nullcontext()
-        with amp:
+        with amp:  # as hpsv2.score: on CUDA the product runs in fp16 under autocast, so it is kept as it is
             out = self.model(images, text)
-            cosine = (out["image_features"] * out["text_features"]).sum(-1)  # = diag(I @ T.T), row by row
-        return (self.scale * cosine.float()).tolist()
+            cosine = torch.diagonal(out["image_features"] @ out["text_features"].T)
+        return (self.scale * self.floor(cosine.float())).tolist()
 
 
 def pick_device(device: str) -> str:
@@ -156,18 +182,30 @@ def load_all(config: dict) -> dict:
     """{reward name: model} from the server's config (what `adapters/reward_server.py` writes):
         {"device": "auto", "imagereward": {"checkpoint", "med_config", "bert_tokenizer"},
          "hpsv2": {"v2.0": checkpoint, "v2.1": checkpoint, "arch": "ViT-H-14"}, "clip": {"checkpoint", "arch"}}
-    hpsv2 versions are served as 'hpsv2_v2.0' and 'hpsv2_v2.1'."""
-    device, models = pick_device(config.get("device", "auto")), {}
+    hpsv2 versions are served as 'hpsv2_v2.0' and 'hpsv2_v2.1'. Any failure is one ConfigError line."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if "imagereward" in config:
-        c = config["imagereward"]
-        models["imagereward"] = ImageRewardModel(c.get("checkpoint"), c.get("med_config"), device,
-                                                 c.get("bert_tokenizer"))
-    hps = config.get("hpsv2") or {}
+    device = pick_device(config.get("device", "auto"))
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r}: no CUDA device is visible to the reward server")
+    hps, c_ir, c_clip = config.get("hpsv2") or {}, config.get("imagereward"), config.get("clip")
+    builders = {}
+    if c_ir:
+        builders["imagereward"] = lambda: ImageRewardModel(c_ir.get("checkpoint"), c_ir.get("med_config"), device,
+                                                           c_ir.get("bert_tokenizer"))
     for v in ("v2.0", "v2.1"):
         if hps.get(v):
-            models[f"hpsv2_{v}"] = OpenClipModel(f"hpsv2_{v}", hps[v], hps.get("arch", "ViT-H-14"), device, 1.0)
-    if "clip" in config:
-        c = config["clip"]
-        models["clip"] = OpenClipModel("clip", c.get("checkpoint"), c.get("arch", "ViT-H-14"), device, 100.0)
+            builders[f"hpsv2_{v}"] = lambda v=v: OpenClipModel(f"hpsv2_{v}", hps[v], hps.get("arch", "ViT-H-14"),
+                                                               device, 1.0, clamp=False)
+    if c_clip:
+        builders["clip"] = lambda: OpenClipModel("clip", c_clip.get("checkpoint"), c_clip.get("arch", "ViT-H-14"),
+                                                 device, 100.0, clamp=True)
+    models = {}
+    for name, build in builders.items():
+        try:
+            models[name] = build()
+        except ConfigError:
+            raise
+        except Exception as exc:  # whatever the package raised while building or loading: one line, named
+            raise ConfigError(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}") \
+                from None
     return models

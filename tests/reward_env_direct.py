@@ -29,7 +29,7 @@ if "hpsv2" in spec:  # hpsv2.score, with its model built offline instead of from
         add_model_config(Path(arch))
         arch = Path(arch).stem
     model, _, preprocess_val = create_model_and_transforms(arch, None, precision="amp", device="cpu",
-                                                           output_dict=True)
+                                                           light_augmentation=True, output_dict=True)
     hps.model_dict.update(model=model, preprocess_val=preprocess_val)  # score() tokenizes as ViT-H-14: same BPE
     out["hpsv2"] = [float(hps.score(img, p, cp=spec["hpsv2"]["checkpoint"],
                                     hps_version=spec["hpsv2"]["version"])[0]) for img, p in zip(images, prompts)]

@@ -1,6 +1,6 @@
 """The reward server in the reward environment (.venv-reward, which `make test` builds): random-weight
 checkpoints in each package's own format; ImageReward's real BLIP (ViT-L) with a 2-layer text side, and HPS's
-code path on a tiny open_clip config (the full ViT-H-14 runs in bench/reward_server.py)."""
+code path on a tiny open_clip config (the full ViT-H-14 runs in bench/reward_serving.py)."""
 
 import json
 import os
@@ -84,7 +84,8 @@ def test_the_server_scores_what_the_packages_score_called_directly(server, weigh
     direct = {k: np.array(v) for k, v in json.loads((tmp_path / "out.json").read_text()).items()}
     np.testing.assert_allclose(served["imagereward"], direct["imagereward"], atol=1e-4)
     np.testing.assert_allclose(served["hpsv2_v2.1"], direct["hpsv2"], atol=1e-4)
-    np.testing.assert_allclose(served["clip"], 100 * direct["hpsv2"], atol=1e-2)  # same weights: CLIP score = 100·cos
+    # the same weights as clip: CLIP score = 100 · max(cos, 0)
+    np.testing.assert_allclose(served["clip"], 100 * np.maximum(direct["hpsv2"], 0), atol=1e-2)
     assert np.ptp(served["imagereward"]) > 1e-3 and np.ptp(served["hpsv2_v2.1"]) > 1e-3  # not a constant
 
 
@@ -164,6 +165,28 @@ def test_a_checkpoint_of_another_model_stops_the_start_with_one_line(weights, tm
                                          r"checkpoint of this model: 1 weights missing .*text_projection.*1 unknown"):
         with serve(cfg, [Term("clip")], tmp_path):
             pass
+    (tmp_path / "truncated.pt").write_bytes((weights / "tiny_openclip.pt").read_bytes()[:5000])
+    cfg = models_cfg(weights, clip={"arch": TINY_ARCH, "checkpoint": str(tmp_path / "truncated.pt")})
+    with pytest.raises(InputError, match=r"reward server: clip: .*truncated.pt cannot be read as a checkpoint"):
+        with serve(cfg, [Term("clip")], tmp_path):
+            pass
+
+
+def test_imagereward_weights_missing_or_misshapen_are_refused_and_extra_entries_only_warned():
+    """The check that stands in for ImageReward.load's strict=False, on a small stand-in state dict."""
+    check = ("import torch, sys\nfrom reward_server.models import ConfigError, _check_state as c\n"
+             "model = {'a.weight': torch.zeros(2, 3), 'b.bias': torch.zeros(3), 'pos.position_ids': torch.zeros(1)}\n"
+             "c('imagereward', 'IR.pt', model, {'a.weight': torch.ones(2, 3), 'b.bias': torch.ones(3), 'x': 1}, False)\n"
+             "for bad in ({'a.weight': torch.ones(2, 3)}, {'a.weight': torch.ones(3, 2), 'b.bias': torch.ones(3)}):\n"
+             "    try:\n        c('imagereward', 'IR.pt', model, bad, False)\n        sys.exit('accepted')\n"
+             "    except ConfigError as e:\n        print(e)\n")
+    out = reward_env("-c", check)
+    assert "1 entries this model does not use, ignored (e.g. ['x'])" in out.stderr
+    assert out.stdout.splitlines() == [
+        "imagereward: IR.pt is not a checkpoint of this model: 1 weights missing (e.g. ['b.bias']), 0 of another "
+        "shape (e.g. []), 0 unknown (e.g. [])",
+        "imagereward: IR.pt is not a checkpoint of this model: 0 weights missing (e.g. []), 1 of another shape "
+        "(e.g. ['a.weight']), 0 unknown (e.g. [])"]
 
 
 def test_missing_weights_or_environment_fail_at_params_load_in_one_line(tmp_path):
@@ -208,3 +231,15 @@ def test_an_embedded_training_with_imagereward_runs_through_the_server(server, t
     history = mlflow.MlflowClient().get_metric_history(run["run_id"], "reward/imagereward")
     assert len(history) == 3 and len({m.value for m in history}) > 1
     assert len(mlflow.MlflowClient().get_metric_history(run["run_id"], "reward/compositional")) == 3
+
+
+def test_a_run_resumed_with_other_reward_checkpoints_is_refused(tmp_path):
+    from adapters.reward_server import pin_models
+
+    health = {"rewards": {"imagereward": {"sha256": "872a2cb0576b40eb"}}}
+    pin_models(tmp_path, health)
+    pin_models(tmp_path, health)  # the same files: the run resumes
+    other = {"rewards": {"imagereward": {"sha256": "0123456789abcdef"}}}
+    with pytest.raises(InputError, match=r"reward_models.json: this run was trained with reward checkpoints "
+                                         r"\{'imagereward': '872a2cb0576b40eb'\}, the server now serves"):
+        pin_models(tmp_path, other)

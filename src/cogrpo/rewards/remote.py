@@ -18,8 +18,9 @@ import torch
 from cogrpo.errors import InputError
 
 
-class RewardServerError(RuntimeError):
-    """The reward server is unreachable, timed out, or refused a batch (the message says which, and why)."""
+class RewardServerError(InputError):
+    """The reward server is unreachable, timed out, or failed a batch: one line saying which, and why (an
+    InputError, so that every entry point stops with that line rather than a traceback)."""
 
 
 class RewardClient:

@@ -6,8 +6,8 @@ is this (main) environment's client → HTTP → the server in .venv-reward; the
 call made in a reward-environment process without the server (bench/reward_env_timing.py), timed after the
 server has stopped so that the two never share the cores.
 
-    python bench/reward_server.py                 # full sizes, batch 16, 256-px images: ~10 min on 2 cores
-    python bench/reward_server.py --small         # the test suite's sizes: about a minute
+    python bench/reward_serving.py                 # full sizes, batch 16, 256-px images: ~10 min on 2 cores
+    python bench/reward_serving.py --small         # the test suite's sizes: about a minute
 Writes reports/reward_server.json (or --out).
 """
 
@@ -18,13 +18,15 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from adapters.env import apply_defaults
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packages beside the library
+from adapters.env import apply_defaults  # noqa: E402
 
 apply_defaults()
 
