@@ -270,6 +270,10 @@ class TrainConfig(_Section):
         "counts (training at one step count alone lowers it at the others).")
     step_fraction: float = Field(0.5, gt=0, le=1, description="Fraction of the T steps trained per inner epoch.")
     inner_epochs: int = Field(1, ge=1, description="Update passes over each rollout batch.")
+    micro_batch: int | None = Field(
+        None, ge=1, exclude_if=lambda v: v is None, description="Trajectories per forward and backward of a model "
+        "update, their gradients accumulated: bounds the update's activation memory (aMUSEd on a GPU holds every "
+        "trained step of every trajectory at once otherwise); the same gradient up to float rounding. None: all at once.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient-norm clip, per policy.")
     scale_by_std: bool = Field(True, description="Divide advantages by the group std (False: Dr. GRPO).")
     sigma_init: float = Field(0.15, gt=0, description="Initial std of every schedule action (in `co`, more "

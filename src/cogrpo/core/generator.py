@@ -25,6 +25,9 @@ class Condition:
     def __len__(self) -> int:
         return len(next(iter(self.tensors.values())))
 
+    def __getitem__(self, rows: slice) -> "Condition":
+        return Condition({k: v[rows] for k, v in self.tensors.items()})
+
     def repeat_interleave(self, n: int) -> "Condition":
         """Each prompt's row repeated n times in place: (B, …) → (B·n, …)."""
         return Condition({k: v.repeat_interleave(n, 0) for k, v in self.tensors.items()})

@@ -38,6 +38,9 @@ class Trajectory:
     def steps(self) -> int:
         return self.knobs.shape[1]
 
+    def __getitem__(self, rows: slice) -> "Trajectory":
+        return Trajectory(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+
     def tensors(self) -> dict[str, torch.Tensor]:
         return {f.name: getattr(self, f.name).contiguous() for f in fields(self)}
 

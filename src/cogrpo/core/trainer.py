@@ -135,7 +135,15 @@ class CoGRPO:
             # one random subset of steps per epoch, shared by the batch, so the recompute is one forward
             steps = torch.randperm(T, generator=gen)[:n_steps].sort().values
             loss = torch.zeros(())
-            if self.train_model:  # the token action of a step: every cell it committed, one joint ratio
+            for opt in (self.opt_model, self.opt_sched):
+                if opt:
+                    opt.zero_grad(set_to_none=True)
+            if self.train_model and cfg.micro_batch and cfg.micro_batch < len(adv):
+                self.model.train()
+                value, model_metrics = self._accumulate_model_grads(ro.traj, cond, steps, adv)
+                loss = torch.tensor(value)  # its gradients are already in .grad
+                metrics |= model_metrics
+            elif self.train_model:  # the token action of a step: every cell it committed, one joint ratio
                 self.model.train()
                 lp_tok, now = trajectory_token_logprobs(self.model, ro.traj, cond, steps)
                 lp = (lp_tok * now).sum(-1)
@@ -156,10 +164,8 @@ class CoGRPO:
             if not torch.isfinite(loss):
                 skipped += 1
                 continue
-            for opt in (self.opt_model, self.opt_sched):
-                if opt:
-                    opt.zero_grad(set_to_none=True)
-            loss.backward()
+            if loss.requires_grad:
+                loss.backward()
             if self.train_model:
                 metrics["model/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.trained, cfg.max_grad_norm).item()
                 self.opt_model.step()
@@ -170,6 +176,30 @@ class CoGRPO:
         self.model.eval()
         self.iteration += 1
         return metrics | {"skipped": float(skipped)} | self.schedule_metrics()
+
+    def _accumulate_model_grads(self, traj: Trajectory, cond, steps: torch.Tensor,
+                                adv: torch.Tensor) -> tuple[float, dict]:
+        """The model's loss over the batch in slices of train.micro_batch trajectories, each slice's backward run
+        at once: the gradient of the whole batch's loss (each slice's surrogate weighted by its share, the KL
+        normalised by the whole batch's committed cells), the activations of one slice in memory."""
+        cfg, n, device = self.cfg, len(adv), self.model.device
+        cells = (traj.commit_step[:, None, :] == steps[None, :, None]).sum().clamp(min=1).to(device)
+        total = dict.fromkeys(("model/loss", "model/kl", "model/clip_fraction", "model/ratio_mean"), 0.0)
+        for start in range(0, n, cfg.micro_batch):
+            rows = slice(start, start + cfg.micro_batch)
+            part, part_cond, share = traj[rows], cond[rows], len(adv[rows]) / n
+            lp_tok, now = trajectory_token_logprobs(self.model, part, part_cond, steps)
+            sur = clipped_surrogate((lp_tok * now).sum(-1), part.logp[:, steps].to(device), adv[rows].to(device),
+                                    cfg.clip_eps)
+            with torch.no_grad():
+                ref_tok, _ = trajectory_token_logprobs(self.ref, part, part_cond, steps)
+            kl = (k3_kl(lp_tok, ref_tok) * now).sum() / cells
+            (share * sur.loss + cfg.kl_beta * kl).backward()
+            for key, value in (("model/loss", share * sur.loss.item()), ("model/kl", kl.item()),
+                               ("model/clip_fraction", share * sur.clip_fraction),
+                               ("model/ratio_mean", share * sur.ratio_mean)):
+                total[key] += value
+        return total["model/loss"] + cfg.kl_beta * total["model/kl"], total
 
     def schedule_metrics(self) -> dict[str, float]:
         """Every step's deterministic knob value and action std, e.g. schedule/step3/cfg (main step count)
