@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -53,7 +53,9 @@ def parse_batch(body: dict, known: dict) -> tuple[str, list[str], np.ndarray]:
 
 def make_server(models: dict, host: str, port: int, device: str, chunk: int = 32) -> ThreadingHTTPServer:
     """chunk: images per forward (config key "chunk")."""
-    lock = threading.Lock()
+    # every batch is scored on this one thread: one at a time (the models are not thread-safe and share one
+    # device), and always on a warm thread (a new thread per request would start its own OpenMP team)
+    scorer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scorer")
     health = {"status": "ok", "device": device, "torch": torch.__version__,
               "rewards": {name: m.info for name, m in models.items()}}
 
@@ -85,9 +87,9 @@ def make_server(models: dict, host: str, port: int, device: str, chunk: int = 32
                 return self._answer(400, {"error": str(exc)})
             start = time.perf_counter()
             try:
-                with lock:  # in chunks: a training's whole batch at once could exhaust a shared GPU
-                    scores = [s for i in range(0, len(prompts), chunk)
-                              for s in models[reward].score(prompts[i:i + chunk], pixels[i:i + chunk])]
+                model = models[reward]  # in chunks: a training's whole batch at once could exhaust a shared GPU
+                scores = scorer.submit(lambda: [s for i in range(0, len(prompts), chunk)
+                                                for s in model.score(prompts[i:i + chunk], pixels[i:i + chunk])]).result()
             except Exception as exc:  # the model's failure, reported rather than a dropped connection
                 return self._answer(500, {"error": f"{reward}: {type(exc).__name__}: {exc}"})
             self._answer(200, {"scores": scores, "seconds": time.perf_counter() - start})

@@ -16,6 +16,7 @@ from cogrpo.core.schedule import base_knobs, resolve_schedule
 from cogrpo.images import captioned_grid
 from cogrpo.io import read_specs
 from cogrpo.world.checker import Checker
+from cogrpo.world.prompts import GENEVAL_TAGS
 from cogrpo.world.scenes import World
 from tasks.context import StageContext
 
@@ -42,15 +43,20 @@ def run_eval(params: Params, model_dir: Path, tokenizer_dir: Path, prompts_file:
 
 
 def write_geneval_layout(out: Path, rows: list[dict], images: np.ndarray, title: str) -> None:
-    """<i>/samples/<j>.png, <i>/metadata.jsonl, results.jsonl (one row per image), grid.png (two prompts per tag,
-    captioned, each sample framed green or red by the checker's verdict)."""
+    """<i>/samples/<j>.png, <i>/metadata.jsonl, results.jsonl (one row per image of GenEval's six tags: GenEval's
+    summary_scores.py counts every tag in the file as a task, so its overall equals ours), results_dpg.jsonl (the
+    DPG-style prompts' rows), grid.png (two prompts per tag, captioned, each sample framed green or red by the
+    checker's verdict)."""
     for row, img in zip(rows, images):
         path = out / row["filename"]
         if not path.parent.exists():
             path.parent.mkdir(parents=True)
             (path.parent.parent / "metadata.jsonl").write_text(row["metadata"] + "\n")
         Image.fromarray(img).save(path)
-    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for name, part in (("results.jsonl", [r for r in rows if r["tag"] in GENEVAL_TAGS]),
+                       ("results_dpg.jsonl", [r for r in rows if r["tag"] not in GENEVAL_TAGS])):
+        if part:
+            (out / name).write_text("".join(json.dumps(r) + "\n" for r in part))
     folders = _grid_prompts(rows)
     picked = [[i for i, r in enumerate(rows) if r["filename"].startswith(f + "/")] for f in folders]
     grid = captioned_grid(np.stack([images[idx] for idx in picked]),

@@ -31,9 +31,15 @@ def test_stages_in_order(tiny_project):
     assert set(base) == {"geneval", "dpg", "steps"} and base["steps"] == 4
     assert set(base["geneval"]) >= {"overall", "single_object", "two_object", "counting", "colors", "position", "color_attr"}
     rows = [json.loads(line) for line in Path("outputs/baseline/results.jsonl").read_text().splitlines()]
+    dpg = [json.loads(line) for line in Path("outputs/baseline/results_dpg.jsonl").read_text().splitlines()]
     assert {"filename", "tag", "correct", "reason", "metadata"} <= set(rows[0])
-    assert all((Path("outputs/baseline") / r["filename"]).is_file() for r in rows)
-    assert len(rows) == 2 * pl.read_parquet("data/prompts/eval_heldout.parquet").height
+    assert all((Path("outputs/baseline") / r["filename"]).is_file() for r in rows + dpg)
+    assert len(rows) + len(dpg) == 2 * pl.read_parquet("data/prompts/eval_heldout.parquet").height
+    assert {r["tag"] for r in dpg} == {"dpg"} and "dpg" not in {r["tag"] for r in rows}
+    # what GenEval's summary_scores.py prints as "Overall score (avg. over tasks)": the mean over the tags in the
+    # file of each tag's fraction of correct images
+    per_tag = pl.read_ndjson("outputs/baseline/results.jsonl").group_by("tag").agg(pl.col("correct").mean())
+    assert per_tag.height == 6 and per_tag["correct"].mean() == pytest.approx(base["geneval"]["overall"], abs=1e-12)
     sweep = json.loads(Path("metrics/schedule_sweep.json").read_text())
     assert set(sweep["schedules"]) == {"base", "cold"}
 
