@@ -22,7 +22,7 @@ config, images = json.loads(Path(sys.argv[1]).read_text()), np.load(sys.argv[2])
 prompts, repeats = json.loads(Path(sys.argv[3]).read_text()), int(sys.argv[4])
 models, out = load_all(config), {}
 for name, model in models.items():
-    model.score(prompts[:2], images[:2])  # warm-up
+    model.score(prompts, images)  # warm-up at full size, as the server's
     times = []
     for _ in range(repeats):
         start = time.perf_counter()

@@ -4,7 +4,8 @@ Random-weight checkpoints in each package's own format, at the published sizes b
 ViT-L/16 + BERT-base, 447 M params) and HPS v2.1 (open_clip ViT-H-14, 986 M; about 8 GB of RAM). The server path
 is this (main) environment's client → HTTP → the server in .venv-reward; the in-process path is the same batched
 call made in a reward-environment process without the server (bench/reward_env_timing.py), timed after the
-server has stopped so that the two never share the cores.
+server has stopped so that the two never share the cores. The server also reports its own compute time, so the
+serving cost proper (transport_share: HTTP, base64, JSON) is read apart from the two processes' compute.
 
     python bench/reward_serving.py                 # full sizes, batch 16, 256-px images: ~10 min on 2 cores
     python bench/reward_serving.py --small         # the test suite's sizes: about a minute
@@ -78,13 +79,15 @@ def main() -> None:
             report["server_start_s"] = time.perf_counter() - start
             client = RewardClient(url)
             for term in TERMS:
-                client.score(term.label, images[:2], prompts[:2])  # warm-up
-                times = []
+                client.score(term.label, images, prompts)  # warm-up at full size (the allocator grows once)
+                times, computing = [], []
                 for _ in range(args.repeats):
                     start = time.perf_counter()
                     client.score(term.label, images, prompts)
                     times.append(time.perf_counter() - start)
-                report[term.label] = {"server_s": statistics.median(times)} | health["rewards"][term.label]
+                    computing.append(client.last_server_seconds)
+                report[term.label] = {"server_s": statistics.median(times),
+                                      "server_compute_s": statistics.median(computing)} | health["rewards"][term.label]
         np.save(tmp / "images.npy", images)
         (tmp / "prompts.json").write_text(json.dumps(prompts))
         (tmp / "config.json").write_text(json.dumps(server_config(cfg, TERMS)))
@@ -93,6 +96,7 @@ def main() -> None:
         for label, timing in json.loads((tmp / "in_process.json").read_text()).items():
             r = report[label] | timing
             r["P8_server_over_in_process"] = r["server_s"] / r["in_process_s"]
+            r["transport_share"] = 1 - r["server_compute_s"] / r["server_s"]  # HTTP, base64, JSON: the serving cost
             r["images_per_s_in_process"] = args.batch / r["in_process_s"]
             r["images_per_s_server"] = args.batch / r["server_s"]
             for k in ("checkpoint", "med_config"):

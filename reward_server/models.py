@@ -179,7 +179,8 @@ def pick_device(device: str) -> str:
 
 
 def load_all(config: dict) -> dict:
-    """{reward name: model} from the server's config (what `adapters/reward_server.py` writes):
+    """{reward name: model} from the server's config (what `adapters/reward_server.py` writes; the server also
+    reads "chunk", images per forward, default 32):
         {"device": "auto", "imagereward": {"checkpoint", "med_config", "bert_tokenizer"},
          "hpsv2": {"v2.0": checkpoint, "v2.1": checkpoint, "arch": "ViT-H-14"}, "clip": {"checkpoint", "arch"}}
     hpsv2 versions are served as 'hpsv2_v2.0' and 'hpsv2_v2.1'. Any failure is one ConfigError line."""

@@ -63,7 +63,8 @@ class RewardClient:
         pixels = np.ascontiguousarray(images, dtype=np.uint8)
         payload = {"reward": reward, "prompts": list(prompts),
                    "images": {"shape": list(pixels.shape), "data": base64.b64encode(pixels.tobytes()).decode()}}
-        scores = self._request("POST", "/score", reward, json=payload)["scores"]
+        answer = self._request("POST", "/score", reward, json=payload)
+        scores, self.last_server_seconds = answer["scores"], answer.get("seconds")  # the server's own compute time
         if len(scores) != len(prompts):
             raise RewardServerError(f"{reward}: {len(scores)} scores for {len(prompts)} images from {self.url}")
         return scores
