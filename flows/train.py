@@ -2,10 +2,10 @@
 
 The loop reads top to bottom here, over a `TrainingSession` (tasks/train.py) that owns the trainer, the text
 encoder, the reward function and the prompts, beside the reward server when a reward model is in the sum
-(adapters/reward_server.py: started for the run, stopped with it); each step of an iteration is a Prefect task, so the UI shows
-every iteration. State reaches disk at checkpoints (every `train.checkpoint_every` iterations and at the end;
-besides them only an append-only metrics log); a rerun resumes from the newest good checkpoint and replays the
-same seeds, bit for bit.
+(adapters/reward_server.py: started for the run, stopped with it); each step of an iteration is a Prefect task,
+so the UI shows every iteration. State reaches disk at checkpoints (every `train.checkpoint_every` iterations
+and at the end; besides them only an append-only metrics log); a rerun resumes from the newest good checkpoint
+and replays the same seeds, bit for bit.
 """
 
 from __future__ import annotations
