@@ -119,6 +119,7 @@ def _history(work: Path) -> list[dict]:
     return [json.loads(x) for x in (_state_dir(work) / "history.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # suite time (the reward server's tests took its room)
 def test_a_shorter_run_never_exports_the_longer_runs_model(trained_inputs):
     """After 12 iterations, `train.iterations: 5` trains 5 (its checkpoints at 9 and 12 are past its end) and
     replays exactly the longer run's first 5 iterations; the 12-iteration model is not relabelled."""
@@ -233,6 +234,7 @@ def test_ctrl_c_stops_in_seconds_marks_the_run_killed_leaves_no_server_and_the_r
         _set_iterations(work, ITERATIONS)
 
 
+@pytest.mark.slow  # suite time; the kill -9 resume test stays
 def test_kill_9_leaves_no_temporary_server_behind(trained_inputs):
     work = trained_inputs
     _set_iterations(work, 200)

@@ -100,6 +100,7 @@ def test_a_bad_parameter_fails_the_run_with_one_line(served):
     assert run.state.message == "bad parameters: overrides: key 'train.learning_rate': unknown key"
 
 
+@pytest.mark.slow  # suite time; the triggered-run test stays
 def test_the_nightly_schedule_switches_on_as_documented_and_survives_a_restart(served):
     """`prefect deployment schedule resume pipeline/nightly <id>` (as the README says) switches it on; serving again
     (what a restart of `python -m pipelines.serve` does: re-register every deployment) keeps it on."""
