@@ -157,6 +157,7 @@ def test_adapter_file_is_json_describing_the_lora(tiny, tmp_path):
         "pretrained": str(tiny), "lora_rank": 2, "lora_alpha": 4.0, "lora_targets": ["to_q", "to_k", "to_v"]}
 
 
+@pytest.mark.slow  # suite time (40 s with its project); the README test runs dvc exp run with a tiny aMUSEd too
 def test_the_pipeline_flow_runs_with_a_tiny_amused(tiny, tiny_project):
     """Every stage through the real flow with model.backbone = amused: the base model is a pointer to the snapshot,
     training trains LoRA adapters on colour_match, the evaluation loads base + adapters."""
