@@ -4,7 +4,7 @@ where the reward returns one float per image as an (n,) tensor.
 The registry names factories by import path and imports them only when built, so the params schema can check
 reward names without importing what the rewards need. The SERVED rewards are reward models scored by the reward
 server (reward_server/, in its own environment) through cogrpo.rewards.remote; their factory also takes the
-server's URL and, for hpsv2, the version. `combine` makes the weighted sum the trainer optimises, each term
+server's URL and the term's label (hpsv2's carries its version). `combine` makes the weighted sum the trainer optimises, each term
 optionally z-normalised over the batch.
 """
 
@@ -54,7 +54,7 @@ def build(term: Term, world, server_url: str | None = None, timeout_s: float = 6
     module, attr = REGISTRY[term.name].split(":")
     factory = getattr(importlib.import_module(module), attr)
     if term.name in SERVED:
-        return factory(term.name, server_url, term.version, timeout_s)
+        return factory(term.label, server_url, timeout_s)
     return factory(world)
 
 

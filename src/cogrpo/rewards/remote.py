@@ -70,9 +70,9 @@ class RewardClient:
         return scores
 
 
-def served_reward(name: str, url: str | None = None, version: str | None = None, timeout_s: float = 600.0):
-    """factory(world) of the registry for a served reward: scores (n,) of the images against their prompts."""
-    label = f"{name}_{version}" if version else name  # its name on the server (= Term.label)
+def served_reward(label: str, url: str | None = None, timeout_s: float = 600.0):
+    """A served reward (its label on the server = rewards.Term.label): scores (n,) of the images against their
+    prompts."""
     if url is None:
         raise InputError(f"reward {label!r} is scored by the reward server, and none was started or given "
                          "(reward_models.url)")
