@@ -1,7 +1,9 @@
 """What aMUSEd costs under cogrpo, measured in one run on one device (random weights, no download):
 
   P7   cogrpo's sampler ÷ diffusers' AmusedPipeline, same model, prompts, batch, steps and CFG (goal ≤ 1.0: the
-       per-trajectory knobs must cost nothing). Both decode to images.
+       per-trajectory knobs must cost nothing). Both decode to images. Ours samples with the LoRA adapters off,
+       as an exported model (adapters fused) does; lora_sampling_overhead is a training rollout's extra cost
+       with the unfused adapters on (peft runs each adapter beside its base layer, in fp32).
   P1   FLOP/s the sampler achieves (torch's FlopCounterMode over one call) ÷ the device's GEMM FLOP/s in the same
        dtype, measured here (goal ≥ 0.5).
   update cost: one LoRA Co-GRPO update per trained step ÷ rollout per step; peak memory of each (CUDA).
@@ -9,7 +11,7 @@
        trained step (FlopCounterMode), and the update's activations kept for backward per trajectory and step.
 
     python bench/amused_cost.py                                     # tiny aMUSEd on the CPU
-    python bench/amused_cost.py --size 256 --dtype fp32 bf16 --batch 32 --group 8   # on a GPU
+    python bench/amused_cost.py --size 256 --dtype fp32 bf16 --batch 32 --group 8 --micro-batch 4   # on a GPU
     python bench/amused_cost.py --size 256 --batch 2 --group 2 --steps 2 --repeats 3   # full size on 2 CPU cores (~6 min)
 Writes reports/amused_cost_<size>.json.
 """
@@ -104,6 +106,17 @@ def peak_gib(device: torch.device, fn) -> float | None:
     return torch.cuda.max_memory_allocated(device) / 2**30
 
 
+def activations_per_trajectory_step(gen: AmusedGenerator, schedule: ScheduleConfig, prompts: list[str]) -> float:
+    """Activations an update keeps per trajectory and trained step, read on one prompt × 2 trajectories updated in
+    one slice (micro-batches free and reuse storage, which the distinct-storage count cannot tell apart)."""
+    cfg = TrainConfig(mode="co", prompts_per_iter=1, group_size=2, lr_model=1e-4)
+    trainer = CoGRPO(gen, base_knobs(schedule), cfg)
+    batch = GroupedBatch(torch.arange(1), gen.encode(prompts[:1]), 2)
+    ro = trainer.rollout(batch)
+    trained_steps = max(1, math.ceil(cfg.step_fraction * schedule.steps)) * cfg.inner_epochs
+    return saved_for_backward_gib(lambda: trainer.update(batch, ro, torch.rand(2))) / 2 / trained_steps
+
+
 def measure(folder: Path, dtype: str, args) -> dict:
     from diffusers import AmusedPipeline
 
@@ -117,9 +130,13 @@ def measure(folder: Path, dtype: str, args) -> dict:
                               cfg=10.0)
     knobs, seeds = base_knobs(schedule), torch.arange(args.batch)
 
+    # P7 on the inference path: an exported model has its adapters fused (AmusedGenerator.export), which is the
+    # pipeline's model with the adapters off; the adapters' own cost in a training rollout is read apart below
+    plain = gen.reference() if gen.lora else gen
+
     def ours():
         with torch.no_grad():
-            return gen.decode(sample(gen, gen.encode(prompts), knobs, seeds).tokens)
+            return gen.decode(sample(plain, gen.encode(prompts), knobs, seeds).tokens)
 
     def theirs():
         return pipe(prompts, num_inference_steps=args.steps, guidance_scale=10.0, output_type="np",
@@ -128,13 +145,16 @@ def measure(folder: Path, dtype: str, args) -> dict:
     ours_s, theirs_s = interleaved(ours, theirs, device, args.repeats)
     cond = gen.encode(prompts)
     with FlopCounterMode(display=False) as counter, torch.no_grad():
-        sample(gen, cond, knobs, seeds)
-    sampler_only_s = timed(lambda: sample(gen, cond, knobs, seeds), device, args.repeats)
+        sample(plain, cond, knobs, seeds)
+    sampler_only_s = timed(lambda: sample(plain, cond, knobs, seeds), device, args.repeats)
+    with_adapters_s, without_s = interleaved(lambda: sample(gen, cond, knobs, seeds),
+                                             lambda: sample(plain, cond, knobs, seeds), device, args.repeats)
     gemm = gemm_flops(device, DTYPES[dtype], args.gemm_n)
 
     # one Co-GRPO iteration at this batch: B prompts × G trajectories
     B = max(1, args.batch // args.group)
-    train_cfg = TrainConfig(mode="co", prompts_per_iter=B, group_size=args.group, lr_model=1e-4)
+    train_cfg = TrainConfig(mode="co", prompts_per_iter=B, group_size=args.group, lr_model=1e-4,
+                            micro_batch=args.micro_batch)
     trainer = CoGRPO(gen, base_knobs(schedule), train_cfg)
     batch = GroupedBatch(torch.arange(B), gen.encode(prompts[:B]), args.group)
     rewards = torch.rand(B * args.group)
@@ -146,10 +166,13 @@ def measure(folder: Path, dtype: str, args) -> dict:
     weights = sum(p.numel() * p.element_size() for m in (gen.transformer, gen.text_encoder, gen.vqvae)
                   for p in m.parameters())
     return {
-        "dtype": dtype, "device": str(device), "batch": args.batch, "steps": args.steps,
+        "dtype": dtype, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__, "batch": args.batch, "group": args.group, "steps": args.steps,
+        "gradient_checkpointing": args.gradient_checkpointing,
         "frozen_transformer_params": sum(p.numel() for p in gen.transformer.parameters() if not p.requires_grad),
         "trained_params": sum(p.numel() for p in gen.trainable_parameters()),
         "P7_sampler_over_pipeline": ours_s / theirs_s, "sampler_s": ours_s, "pipeline_s": theirs_s,
+        "lora_sampling_overhead": with_adapters_s / without_s,
         "P1_achieved_over_gemm": counter.get_total_flops() / sampler_only_s / gemm,
         "sampler_tflops": counter.get_total_flops() / sampler_only_s / 1e12, "gemm_tflops": gemm / 1e12,
         "rollout_s_per_step": rollout_s / args.steps, "update_s_per_trained_step": update_s / trained_steps,
@@ -158,8 +181,8 @@ def measure(folder: Path, dtype: str, args) -> dict:
         "rollout_gflop_per_trajectory_step": flops(lambda: trainer.rollout(batch)) / n_traj / args.steps / 1e9,
         "update_gflop_per_trajectory_trained_step": flops(lambda: trainer.update(batch, ro, rewards)) / n_traj
         / trained_steps / 1e9,
-        "update_activations_gib_per_trajectory_trained_step": saved_for_backward_gib(
-            lambda: trainer.update(batch, ro, rewards)) / n_traj / trained_steps,
+        "update_activations_gib_per_trajectory_trained_step": activations_per_trajectory_step(gen, schedule, prompts),
+        "micro_batch": args.micro_batch,
         "rollout_peak_gib": peak_gib(device, lambda: trainer.rollout(batch)),
         "update_peak_gib": peak_gib(device, lambda: trainer.update(batch, ro, rewards)),
     }
@@ -175,18 +198,21 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--lora-rank", type=int, default=16)
     ap.add_argument("--gradient-checkpointing", action="store_true")
+    ap.add_argument("--micro-batch", type=int, default=None, help="train.micro_batch of the update (None: all at once)")
     ap.add_argument("--gemm-n", type=int, default=2048)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if not torch.cuda.is_available():
         torch.set_num_threads(2)
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = make_tiny_amused(Path(tmp) / "amused", size=args.size)
-        runs = [measure(folder, dtype, args) for dtype in args.dtype]
     out = Path(args.out or f"reports/amused_cost_{args.size}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"size": args.size, "runs": runs}, indent=1) + "\n")
-    print(json.dumps(runs, indent=1))
+    runs: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = make_tiny_amused(Path(tmp) / "amused", size=args.size)
+        for dtype in args.dtype:  # written after each dtype: a time limit keeps what was measured
+            runs.append(measure(folder, dtype, args))
+            out.write_text(json.dumps({"size": args.size, "runs": runs}, indent=1) + "\n")
+            print(json.dumps(runs[-1], indent=1), flush=True)
 
 
 if __name__ == "__main__":
