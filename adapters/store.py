@@ -26,7 +26,7 @@ from cogrpo.io import MANIFEST, atomic_dir, content_hash, write_manifest
 
 def params_key(params: Params, sections: tuple[str, ...], drop: tuple[str, ...] = ()) -> dict:
     """The result-affecting fields of the sections (or of single dotted fields, "pretrain.threads"), JSON-ready;
-    `drop` removes dotted fields ("train.iterations")."""
+    `drop` removes dotted fields ("train.iterations") or whole sections."""
     out = {}
     for name in sections:
         section, _, field = name.partition(".")
@@ -37,7 +37,10 @@ def params_key(params: Params, sections: tuple[str, ...], drop: tuple[str, ...] 
             out[name] = [v.model_dump(mode="json") for v in value] if isinstance(value, list) else value.result_dump()
     for dotted in drop:
         section, _, field = dotted.partition(".")
-        out.get(section, {}).pop(field, None)
+        if field:
+            out.get(section, {}).pop(field, None)
+        else:
+            out.pop(section, None)
     return out
 
 

@@ -26,6 +26,7 @@ from adapters import tracking
 from adapters.progress import Reporter
 from adapters.store import Entry, Store, params_key, stage_key
 from cogrpo.config import Params
+from flows.benchmark import benchmark_stage, report_markdown, steps_png
 from flows.train import train_stage
 from tasks.context import StageContext
 from tasks.data import train_tokenizer, write_prompt_sets
@@ -181,6 +182,14 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
           describe=("train",), metric_prefix="eval",
           metrics={"metrics/eval.json": lambda r, out: _json(r["heldout"]),
                    "metrics/eval_seen.json": lambda r, out: _json(r["seen"])}),
+    Stage("benchmark", benchmark_stage, ("world", "model", "schedule", "eval", "benchmark", "reward_models", THREADS),
+          _EVAL | {"base": "pretrain", "trained": "train"}, out="outputs/benchmark", describe=("train",),
+          # cells are generated per variant, step count and suite, so a run that adds some reuses the others
+          resume_varies=("benchmark.suites", "benchmark.steps", "benchmark.variants", "benchmark.geneval",
+                         "benchmark.dpg", "benchmark.hpsv2_versions", "reward_models"),
+          metrics={"metrics/benchmark.json": lambda r, out: _json(r["scores"]),
+                   "reports/benchmarks.md": report_markdown},
+          records=("reports/benchmarks.md",), images={"metrics/plots/benchmark_steps.png": steps_png}),
     Stage("headline", headline, (), {"baseline": "baseline", "evaluate": "evaluate", "trained": "train"},
           metrics={"metrics/headline.json": lambda r, out: _json(r)}),
 ]}
@@ -218,6 +227,16 @@ def locate(name: str, params: Params, inputs: dict[str, Path], root: str = "runs
     return Store(root).entry(name, stage_key(name, params_key(params, stage.params), inputs, stage.modules))
 
 
+def state_folder(name: str, params: Params, inputs: dict[str, Path], root: str = "runs") -> Path | None:
+    """The folder that outlives a crash of a resumable stage: named by its identity, the key without what a resumed
+    run may change (None for a stage that is not resumable)."""
+    stage = STAGES[name]
+    if stage.resume_varies is None:
+        return None
+    return Path(root) / name / stage_key(name, params_key(params, stage.params, stage.resume_varies), inputs,
+                                         stage.modules)
+
+
 @task(cache_policy=NO_CACHE, persist_result=False, task_run_name="{name}")
 def stage_task(name: str, params: Params, inputs: dict[str, Path], root: str = "runs",
                mlflow_run_id: str | None = None):
@@ -229,11 +248,8 @@ def stage_task(name: str, params: Params, inputs: dict[str, Path], root: str = "
     if not entry.done():
         with store.claimed(entry):
             if not entry.done():
-                state_dir = None
-                if stage.resume_varies is not None:  # its identity: the key without what a resumed run may change
-                    identity = stage_key(name, params_key(params, stage.params, stage.resume_varies), inputs,
-                                         stage.modules)
-                    state_dir = Path(root) / name / identity
+                state_dir = state_folder(name, params, inputs, root)
+                if state_dir is not None:
                     state_dir.mkdir(parents=True, exist_ok=True)
                 ctx = StageContext(Reporter(mlflow_run_id), state_dir, mlflow_run_id)
                 result = store.compute(entry, lambda out: stage.work(params, inputs, out, ctx),

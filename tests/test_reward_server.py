@@ -243,3 +243,36 @@ def test_a_run_resumed_with_other_reward_checkpoints_is_refused(tmp_path):
     with pytest.raises(InputError, match=r"reward_models.json: this run was trained with reward checkpoints "
                                          r"\{'imagereward': '872a2cb0576b40eb'\}, the server now serves"):
         pin_models(tmp_path, other)
+
+
+def test_the_imagereward_and_hps_benchmarks_score_through_the_server_as_their_scripts_summarize(server, batch,
+                                                                                              tmp_path):
+    from PIL import Image
+
+    from cogrpo.config import Params
+    from tasks.benchmark import Suite
+    from tasks.benchmark_scores import score_hps, score_imagereward
+
+    client, _ = server
+    images, _ = batch
+
+    def cell_of(suite: Suite) -> Path:  # the images in the benchmark's layout (tasks/benchmark.py)
+        cell = tmp_path / suite.name
+        for k, img in enumerate(images[: len(suite.prompts) * suite.samples]):
+            folder = cell / "images" / f"{k // suite.samples:05d}" / "samples"
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(img).save(folder / f"{k % suite.samples:04d}.png")
+        (tmp_path / f"out_{suite.name}").mkdir()
+        return cell
+
+    ir = Suite("imagereward", ["a red cube", "two dogs"], [{"id": "a"}, {"id": "b"}], 2)
+    got = score_imagereward(Params(), ir, cell_of(ir), tmp_path / "out_imagereward", client.url)
+    direct = client.score("imagereward", images, ["a red cube"] * 2 + ["two dogs"] * 2)
+    assert got["imagereward.mean"] == pytest.approx((np.mean(direct[:2]) + np.mean(direct[2:])) / 2, rel=1e-6)
+    assert len((tmp_path / "out_imagereward/scores.jsonl").read_text().splitlines()) == 4
+
+    hps = Suite("hpsv2", ["p0", "p1", "p2", "p3"], [{"tag": s} for s in ("anime", "anime", "photo", "paintings")], 1)
+    got = score_hps(Params(), hps, cell_of(hps), tmp_path / "out_hpsv2", client.url)
+    cos = client.score("hpsv2_v2.1", images, ["p0", "p1", "p2", "p3"])
+    assert got["hpsv2_v2.1.anime"] == pytest.approx(100 * (cos[0] + cos[1]) / 2, rel=1e-6)
+    assert got["hpsv2_v2.1.average"] == pytest.approx(100 * np.mean(cos), rel=1e-6)

@@ -12,8 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EDITS = [  # (file, the stages that use it)
-    ("src/cogrpo/core/schedule.py", {"baseline", "schedule_sweep", "train", "evaluate"}),  # masked_counts → sampler
-    ("src/cogrpo/rewards/checker.py", {"train"}),  # imported by name through the reward registry
+    ("src/cogrpo/core/schedule.py", {"baseline", "schedule_sweep", "train", "evaluate", "benchmark"}),  # masked_counts → sampler
+    ("src/cogrpo/rewards/checker.py", {"train", "benchmark"}),  # by name through the reward registry (benchmark: its Term)
 ]
 
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -17,7 +18,8 @@ def test_stages_in_order(tiny_project):
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # a normal run prints no warnings
-        for name in ("prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep", "train", "evaluate", "headline"):
+        for name in ("prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep", "train", "evaluate", "benchmark",
+                     "headline"):
             run_stage(name)
 
     split = json.loads(Path("metrics/prompts.json").read_text())
@@ -43,6 +45,21 @@ def test_stages_in_order(tiny_project):
     sweep = json.loads(Path("metrics/schedule_sweep.json").read_text())
     assert set(sweep["schedules"]) == {"base", "cold"}
 
+    # the benchmark stage at the schedule's own step count is the evaluation stages, byte for byte
+    for stage, variant in (("baseline", "base-base"), ("eval", "trained-learned")):
+        cell = Path("outputs/benchmark") / variant / "steps_04" / "embedded"
+        for name in ("results.jsonl", "results_dpg.jsonl", "00003/samples/0001.png"):
+            mine = cell / ("images/" + name if name.endswith(".png") else name)
+            assert mine.read_bytes() == (Path("outputs") / stage / name).read_bytes(), (stage, name)
+    scores = json.loads(Path("metrics/benchmark.json").read_text())
+    assert set(scores["embedded"]["geneval.overall"]) == {"base-base", "trained-learned"}
+    assert scores["embedded"]["geneval.overall"]["trained-learned"]["4"] == json.loads(
+        Path("metrics/eval.json").read_text())["geneval"]["overall"]
+    assert set(scores["embedded"]["dpg.score"]["base-base"]) == {"2", "4"}
+    report = Path("reports/benchmarks.md").read_text()
+    assert re.search(r"\| embedded \| geneval.overall +\| trained +\| learned +\|", report) and "| 2 steps" in report
+    assert Path("metrics/plots/benchmark_steps.png").stat().st_size > 5000
+
     import mlflow
 
     learned = json.loads(Path("metrics/learned_schedule.json").read_text())
@@ -60,7 +77,7 @@ def test_stages_in_order(tiny_project):
 
     runs = mlflow.search_runs(experiment_names=["cogrpo"])
     assert set(runs["tags.stage"]) == {"prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep",
-                                                "train", "evaluate", "headline"}
+                                                "train", "evaluate", "benchmark", "headline"}
     tr = runs[runs["tags.stage"] == "train"].iloc[0]
     from cogrpo.io import content_hash  # provenance: the files the run read and wrote, after the run
 

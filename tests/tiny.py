@@ -7,6 +7,7 @@ TINY: dict = {
     "pretrain": {"steps": 12, "batch_size": 16, "pool_size": 200, "log_every": 4},
     "schedule": {"steps": 4},
     "eval": {"samples_per_prompt": 2},
+    "benchmark": {"steps": [2, 4], "variants": ["base-base", "trained-learned"]},
     "sweep": [{"name": "cold", "temperature": 0.5}],
     "train": {"iterations": 3, "prompts_per_iter": 2, "group_size": 2, "checkpoint_every": 2, "sample_every": 2},
 }

@@ -307,6 +307,75 @@ class SweepSchedule(_Section):
         return base.model_copy(update=self.model_dump(exclude={"name"}, exclude_none=True))
 
 
+Suite = Literal["embedded", "geneval", "dpg", "imagereward", "hpsv2"]
+Variant = Literal["base-base", "trained-base", "trained-learned"]
+
+
+class GenEvalScorer(_Section):
+    command: str | None = Field(
+        None, description="GenEval's evaluator as a shell command, run where the user installed GenEval (its object "
+        "detector and colour classifier), with {images} (the folder in GenEval's layout) and {results} (the "
+        "results.jsonl it must write) filled in, e.g. 'cd ~/geneval && python evaluation/evaluate_images.py "
+        "{images} --outfile {results} --model-path ~/geneval/models'. None: the geneval suite cannot be scored.")
+
+
+class DPGScorer(_Section):
+    csv: str | None = Field(None, description="DPG-Bench's question graph (its dpg_bench.csv; schema and a real "
+                            "sample: data/benchmarks/dsg_tifa160_dev_anns.csv). None: dpg cannot be scored.")
+    vqa: Literal["transformers", "mplug"] = Field(
+        "transformers", description="The VQA model: a transformers VQA model (BLIP VQA) or DPG's own mPLUG-large "
+        "through modelscope (where installed).")
+    vqa_model: str | None = Field(None, description="Local folder of the VQA model's weights.")
+
+
+class BenchmarkSamples(_Section):
+    """Images generated per prompt of each published suite (the embedded suite: eval.samples_per_prompt)."""
+
+    geneval: int = Field(4, ge=1, description="GenEval: 4.")
+    dpg: int = Field(4, ge=1, description="DPG-Bench scores a 2×2 grid of 4 (the samples are its tiles).")
+    imagereward: int = Field(10, ge=1, description="ImageReward's benchmark: 10.")
+    hpsv2: int = Field(1, ge=1, description="HPSv2's benchmark: 1 (its summary is over images).")
+
+    @field_validator("dpg")
+    @classmethod
+    def _square(cls, v: int) -> int:
+        if round(v**0.5) ** 2 != v:
+            raise ValueError(f"{v}: DPG tiles a square grid of samples (4: 2×2)")
+        return v
+
+
+class BenchmarkConfig(_Section):
+    """The benchmark stage: every variant × step count × suite, generated with the project's sampler and scored."""
+
+    suites: list[Suite] = Field(
+        default_factory=lambda: ["embedded"], min_length=1, description="Suites to run: 'embedded' (the held-out "
+        "embedded prompts, GenEval-style and DPG-style, exact checker), 'geneval', 'dpg', 'imagereward', 'hpsv2' "
+        "(the published prompt files of data/benchmarks/, for a backbone that reads any text).")
+    steps: list[int] = Field(default_factory=lambda: [2, 4, 8, 16], min_length=1,
+                             description="Inference step counts; a learned schedule is carried to each.")
+    variants: list[Variant] = Field(
+        default_factory=lambda: ["base-base", "trained-base", "trained-learned"], min_length=1,
+        description="model-schedule pairs: the base (pretrained) or trained model, under the base schedule or the "
+        "learned one (the trained model folder's schedule.json).")
+    max_prompts: int | None = Field(None, ge=1, exclude_if=lambda v: v is None,
+                                    description="At most this many prompts per suite (the first ones): quick runs.")
+    shards: int = Field(1, ge=1, json_schema_extra=NOT_RESULT,
+                        description="Generation split into this many shards of whole batches (python -m "
+                        "pipelines.benchmark --shard i); any split gives the same images.")
+    samples_per_prompt: BenchmarkSamples = BenchmarkSamples()
+    geneval: GenEvalScorer = GenEvalScorer()
+    dpg: DPGScorer = DPGScorer()
+    hpsv2_versions: list[Literal["v2.0", "v2.1"]] = Field(default_factory=lambda: ["v2.1"], min_length=1,
+                                                          description="HPS checkpoints to score with, each labelled.")
+
+    @field_validator("steps")
+    @classmethod
+    def _distinct(cls, v: list[int]) -> list[int]:
+        if len(set(v)) < len(v) or min(v) < 1:
+            raise ValueError(f"{v}: step counts ≥ 1, distinct")
+        return v
+
+
 class Params(_Section):
     world: WorldConfig = WorldConfig()
     prompts: PromptsConfig = PromptsConfig()
@@ -317,6 +386,7 @@ class Params(_Section):
     eval: EvalConfig = EvalConfig()
     train: TrainConfig = TrainConfig()
     reward_models: RewardModelsConfig = RewardModelsConfig()
+    benchmark: BenchmarkConfig = BenchmarkConfig()
     sweep: list[SweepSchedule] = Field(
         default_factory=list, description="Hand-set schedules the schedule-sweep stage evaluates beside the base."
     )
@@ -327,9 +397,14 @@ class Params(_Section):
         cells = self.world.grid**2 if self.model.backbone == "embedded" else 10**9
         for where, steps in [("schedule.steps", self.schedule.steps)] + [
             (f"sweep.{s.name}.steps", s.steps) for s in self.sweep if s.steps
-        ] + [(f"train.extra_steps.{i}", t) for i, t in enumerate(self.train.extra_steps)]:
+        ] + [(f"train.extra_steps.{i}", t) for i, t in enumerate(self.train.extra_steps)] + [
+            (f"benchmark.steps.{i}", t) for i, t in enumerate(self.benchmark.steps)]:
             if steps > cells:
                 raise ValueError(f"{where} = {steps} exceeds the {cells} tokens of a {self.world.grid}x{self.world.grid} grid")
+        published = [s for s in self.benchmark.suites if s != "embedded"]
+        if published and self.model.backbone == "embedded":
+            raise ValueError(f"benchmark.suites {published}: the published benchmarks' prompts need a backbone that "
+                             "reads any text (model.backbone: amused); the embedded model knows its world's words")
         counts = [self.schedule.steps, *self.train.extra_steps]
         if len(set(counts)) < len(counts) or min(counts) < 1:
             raise ValueError(f"train.extra_steps {self.train.extra_steps}: step counts ≥ 1, distinct, not schedule.steps")

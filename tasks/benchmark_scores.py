@@ -1,0 +1,133 @@
+"""Scoring a generated benchmark cell (tasks/benchmark.py's layout), one function per suite: each writes its
+per-image or per-prompt records next to the images and returns {metric: value}.
+
+embedded     the world's exact checker; results.jsonl holds GenEval's six tags' rows (GenEval's summary script on it
+             prints metrics' geneval.overall), results_dpg.jsonl the DPG-style rows.
+geneval      GenEval's own evaluator, an external command (benchmark.geneval.command), writes results.jsonl; the
+             summary is GenEval's summary_scores.py's, computed from that file.
+dpg          a VQA model answers DPG's questions on each sample (the four samples are the 2×2 grid's tiles).
+imagereward, hpsv2   the reward server (reward_server/), one score per image; summaries as their benchmarks'.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+from cogrpo.benchmarks.aggregate import geneval_summary, hps_summary, imagereward_summary
+from cogrpo.config import Params
+from cogrpo.errors import InputError
+from cogrpo.io import write_text_atomic
+from tasks.benchmark import Suite, read_images
+
+SERVER_BATCH = 32  # images per request to the reward server
+
+
+def _jsonl(path: Path, rows: list[dict]) -> None:
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def score_embedded(params: Params, suite: Suite, cell: Path, out: Path) -> dict[str, float]:
+    from cogrpo.benchmarks.geneval import score, summarize
+    from cogrpo.world.checker import Checker
+    from cogrpo.world.prompts import GENEVAL_TAGS
+    from cogrpo.world.scenes import World
+
+    images, prompt_index = read_images(suite, cell)
+    rows = score(Checker(World(params.world)), images, suite.metadata, prompt_index)
+    _jsonl(out / "results.jsonl", [r for r in rows if r["tag"] in GENEVAL_TAGS])
+    _jsonl(out / "results_dpg.jsonl", [r for r in rows if r["tag"] not in GENEVAL_TAGS])
+    summary = summarize(rows)
+    return {f"geneval.{k}": v for k, v in summary["geneval"].items()} | {"dpg.score": summary["dpg"]["score"]}
+
+
+def score_geneval(params: Params, suite: Suite, cell: Path, out: Path) -> dict[str, float]:
+    command = params.benchmark.geneval.command
+    if not command:
+        raise InputError("benchmark.geneval.command: not set; GenEval's evaluator (its object detector and colour "
+                         "classifier) scores the geneval suite, where you installed it")
+    results = (out / "results.jsonl").resolve()
+    filled = command.format(images=shlex.quote(str((cell / "images").resolve())), results=shlex.quote(str(results)))
+    done = subprocess.run(filled, shell=True, capture_output=True, text=True)
+    if done.returncode != 0 or not results.is_file():
+        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise InputError(f"benchmark.geneval.command exited {done.returncode} without writing {results}: {last[0]}")
+    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    if len(rows) != len(suite.prompts) * suite.samples:
+        raise InputError(f"{results}: {len(rows)} rows for {len(suite.prompts) * suite.samples} images")
+    return {f"geneval.{k}": v for k, v in geneval_summary(rows).items()}
+
+
+def score_dpg(params: Params, suite: Suite, cell: Path, out: Path) -> dict[str, float]:
+    """Each prompt's samples tiled into DPG's grid image (written to dpg_grids/<item_id>.png, the layout DPG's own
+    script reads), every question asked of every tile. The question graph is read as DPG reads it (strict=False:
+    its quirks kept, cogrpo.benchmarks.dpg); an item DPG's script would fail is left out, as DPG leaves it out."""
+    import math
+
+    import numpy as np
+    from PIL import Image
+
+    from cogrpo.benchmarks import dpg
+    from cogrpo.benchmarks.vqa import load_vqa
+
+    cfg = params.benchmark.dpg
+    if not cfg.csv or not cfg.vqa_model:
+        raise InputError("benchmark.dpg.csv and benchmark.dpg.vqa_model: DPG-Bench's question graph (dpg_bench.csv) "
+                         "and a VQA model's folder are needed to score the dpg suite")
+    graph = dpg.load_question_graph(cfg.csv, strict=False)
+    vqa = load_vqa(cfg.vqa, cfg.vqa_model)
+    images, _ = read_images(suite, cell)
+    side = math.isqrt(suite.samples)
+    (out / "dpg_grids").mkdir(parents=True, exist_ok=True)
+    records, scores = [], []
+    for p, meta in enumerate(suite.metadata):
+        mine = images[p * suite.samples:(p + 1) * suite.samples]
+        grid = np.concatenate([np.concatenate(list(mine[r * side:(r + 1) * side]), axis=1) for r in range(side)])
+        Image.fromarray(grid).save(out / "dpg_grids" / f"{meta['item_id']}.png")
+        item = graph.get(meta["item_id"])
+        if item is None:
+            records.append({"item_id": meta["item_id"], "score": None, "failed": "no questions in the CSV"})
+            continue
+        try:
+            result = dpg.score_images(vqa, item, grid, grid=side)
+        except InputError as err:  # a parent the item lacks: DPG's script drops the image
+            records.append({"item_id": meta["item_id"], "score": None, "failed": str(err)})
+            continue
+        scores.append(result)
+        records.append({"item_id": meta["item_id"], "score": result.score})
+    _jsonl(out / "dpg_scores.jsonl", records)
+    summary = dpg.summarize(scores)
+    return {"dpg.score": summary["score"], "dpg.items": float(summary["items"])} | {
+        f"dpg.l1.{k}": v for k, v in summary["l1"].items()} | {
+        f"dpg.broad.{k}": v for k, v in summary["category_broad"].items()}
+
+
+def _served(params: Params, url: str, label: str, suite: Suite, cell: Path) -> list[float]:
+    from cogrpo.rewards.remote import RewardClient
+
+    client = RewardClient(url, params.reward_models.request_timeout_s)
+    images, prompt_index = read_images(suite, cell)
+    prompts = [suite.prompts[p] for p in prompt_index.tolist()]
+    return [s for i in range(0, len(images), SERVER_BATCH)
+            for s in client.score(label, images[i:i + SERVER_BATCH], prompts[i:i + SERVER_BATCH])]
+
+
+def score_imagereward(params: Params, suite: Suite, cell: Path, out: Path, url: str) -> dict[str, float]:
+    scores = _served(params, url, "imagereward", suite, cell)
+    index = [p for p in range(len(suite.prompts)) for _ in range(suite.samples)]
+    _jsonl(out / "scores.jsonl", [{"prompt_index": p, "id": suite.metadata[p]["id"], "score": s}
+                                  for p, s in zip(index, scores)])
+    return {f"imagereward.{k}": v for k, v in imagereward_summary(scores, index).items()}
+
+
+def score_hps(params: Params, suite: Suite, cell: Path, out: Path, url: str) -> dict[str, float]:
+    metrics = {}
+    for version in params.benchmark.hpsv2_versions:
+        cosines = _served(params, url, f"hpsv2_{version}", suite, cell)
+        styles = [m["tag"] for m in suite.metadata]
+        _jsonl(out / f"scores_hpsv2_{version}.jsonl", [{"prompt_index": p, "style": st, "cosine": c}
+                                                       for p, (st, c) in enumerate(zip(styles, cosines))])
+        metrics |= {f"hpsv2_{version}.{k}": v for k, v in hps_summary(cosines, styles).items()}
+    return metrics

@@ -1,0 +1,194 @@
+"""The benchmark harness on a tiny random aMUSEd and a few prompts of each published benchmark: GenEval's layout,
+shards and resumption giving the same bytes, the external GenEval evaluator read back, DPG scoring with a scripted
+VQA on the real sample question graph, the summaries as the benchmarks' own scripts compute them."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from cogrpo.backbones.amused import AmusedGenerator
+from cogrpo.backbones.tiny_amused import make_tiny_amused
+from cogrpo.benchmarks.aggregate import geneval_summary, hps_summary, imagereward_summary
+from cogrpo.config import ModelConfig, Params, parse_params
+from cogrpo.core.schedule import base_knobs
+from cogrpo.errors import InputError
+from tasks.benchmark import Suite, cell_folder, generate_cell, load_suite
+
+SAMPLE_CSV = Path(__file__).resolve().parents[1] / "data" / "benchmarks" / "dsg_tifa160_dev_anns.csv"
+
+
+@pytest.fixture(scope="module")
+def gen(tmp_path_factory) -> AmusedGenerator:
+    folder = make_tiny_amused(tmp_path_factory.mktemp("hub") / "tiny-amused")
+    torch.manual_seed(0)
+    return AmusedGenerator(folder, ModelConfig(backbone="amused", pretrained=str(folder), device="cpu"))
+
+
+def amused_params(**benchmark) -> Params:
+    return parse_params({"model": {"backbone": "amused", "pretrained": "unused"}, "schedule": {"steps": 3},
+                         "benchmark": {"max_prompts": 5, "samples_per_prompt": {"geneval": 2}} | benchmark})
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_every_published_suite_loads_and_a_few_prompts_generate_in_genevals_layout(gen, tmp_path):
+    params = amused_params(suites=["geneval", "dpg", "imagereward", "hpsv2"], max_prompts=2)
+    knobs = base_knobs(params.schedule)
+    for name, samples in (("geneval", 2), ("dpg", 4), ("imagereward", 10), ("hpsv2", 1)):
+        suite = load_suite(name, params, tmp_path)
+        assert len(suite.prompts) == 2 and suite.samples == samples
+        cell = cell_folder(tmp_path, "base-base", 3, name)
+        assert generate_cell(gen, suite, knobs, 0, 64, cell) == 1
+        folders = sorted(p.name for p in (cell / "images").iterdir())
+        assert folders == ["00000", "00001"]
+        for i, folder in enumerate(folders):
+            meta = json.loads((cell / "images" / folder / "metadata.jsonl").read_text())
+            assert meta == suite.metadata[i] and meta["prompt"] == suite.prompts[i]
+            pngs = sorted(p.name for p in (cell / "images" / folder / "samples").iterdir())
+            assert pngs == [f"{j:04d}.png" for j in range(samples)]
+    full = load_suite("geneval", amused_params(), tmp_path)
+    assert len(full.prompts) == 5 and full.metadata[0]["tag"] == "single_object"
+
+
+def test_shards_and_a_crash_give_the_same_images_and_nothing_is_generated_twice(gen, tmp_path):
+    suite = load_suite("geneval", amused_params(), tmp_path)  # 5 prompts × 2 samples, batches of 2 prompts: 3
+    knobs = base_knobs(amused_params().schedule)
+    whole = tmp_path / "whole"
+    assert generate_cell(gen, suite, knobs, 7, 2, whole) == 3
+
+    sharded = tmp_path / "sharded"
+    assert generate_cell(gen, suite, knobs, 7, 2, sharded, shard=1, shards=2) == 1  # batch 1
+    assert generate_cell(gen, suite, knobs, 7, 2, sharded, shard=0, shards=2) == 2  # batches 0 and 2
+    assert files(sharded) == files(whole)
+
+    crashed = tmp_path / "crashed"
+
+    def crash(b: int) -> None:
+        if b == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        generate_cell(gen, suite, knobs, 7, 2, crashed, on_batch=crash)
+    assert sorted(p.name for p in (crashed / "done").iterdir()) == ["00000", "00001"]
+    (crashed / "done" / "00001").unlink()  # as if killed before its marker: that batch is generated again, whole
+    ran = []
+    assert generate_cell(gen, suite, knobs, 7, 2, crashed, on_batch=ran.append) == 2 and ran == [1, 2]
+    assert files(crashed) == files(whole)
+    assert generate_cell(gen, suite, knobs, 7, 2, crashed) == 0
+
+
+FAKE_GENEVAL = """
+import json, os, sys
+images, out = sys.argv[1], sys.argv[2]
+rows = []
+for folder in sorted(os.listdir(images)):
+    meta = json.loads(open(os.path.join(images, folder, "metadata.jsonl")).read())
+    for name in sorted(os.listdir(os.path.join(images, folder, "samples"))):
+        # a scripted verdict: the first sample of every prompt passes
+        rows.append({"filename": f"{folder}/samples/{name}", "tag": meta["tag"], "prompt": meta["prompt"],
+                     "correct": name == "0000.png", "reason": "", "metadata": json.dumps(meta)})
+open(out, "w").write("".join(json.dumps(r) + "\\n" for r in rows))
+"""
+
+
+def test_geneval_is_scored_by_the_external_evaluator_and_summarized_as_geneval_does(gen, tmp_path):
+    from tasks.benchmark_scores import score_geneval
+
+    script = tmp_path / "evaluate_images.py"
+    script.write_text(FAKE_GENEVAL)
+    params = amused_params(geneval={"command": f"{sys.executable} {script} {{images}} {{results}}"})
+    suite = load_suite("geneval", params, tmp_path)
+    cell, out = tmp_path / "cell", tmp_path / "out"
+    out.mkdir()
+    generate_cell(gen, suite, base_knobs(params.schedule), 0, 64, cell)
+    metrics = score_geneval(params, suite, cell, out)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 10
+    # the five first GenEval prompts are single_object: one tag, half its images correct
+    assert metrics == {"geneval.overall": 0.5, "geneval.single_object": 0.5, "geneval.images_correct": 0.5,
+                       "geneval.prompts_correct": 1.0}
+
+    broken = amused_params(geneval={"command": f"{sys.executable} -c 'import sys; sys.exit(\"no detector\")'"})
+    with pytest.raises(InputError, match="exited 1 without writing .*no detector"):
+        score_geneval(broken, suite, cell, out / "x")
+    with pytest.raises(InputError, match="benchmark.geneval.command: not set"):
+        score_geneval(amused_params(), suite, cell, out)
+
+
+def test_genevals_summary_is_the_mean_over_tags_of_each_tags_image_accuracy():
+    rows = ([{"tag": "counting", "correct": c, "metadata": f"c{i // 2}"} for i, c in enumerate([1, 0, 0, 0])]
+            + [{"tag": "colors", "correct": c, "metadata": f"k{i}"} for i, c in enumerate([1, 1])])
+    s = geneval_summary(rows)
+    assert s["counting"] == 0.25 and s["colors"] == 1.0 and s["overall"] == 0.625
+    assert s["images_correct"] == 0.5 and s["prompts_correct"] == 0.75  # c0 yes, c1 no, k0 yes, k1 yes
+
+
+def test_imagereward_and_hps_summaries_follow_their_scripts():
+    # ImageReward: the mean of per-prompt means (prompt 0 has 3 images, prompt 1 one)
+    assert imagereward_summary([1.0, 2.0, 3.0, 10.0], [0, 0, 0, 1]) == {"mean": 6.0}
+    # HPS: ×100; per style the mean of chunk-of-80 means (100 scores: a chunk of 80 and one of 20)
+    cos = [0.2] * 80 + [0.3] * 20 + [0.25] * 4
+    styles = ["anime"] * 100 + ["photo"] * 4
+    s = hps_summary(cos, styles)
+    assert s["anime"] == pytest.approx(25.0) and s["photo"] == pytest.approx(25.0)  # (20 + 30) / 2, not 22
+    assert s["average"] == pytest.approx(100 * np.mean(cos))
+
+
+class ScriptedVQA:
+    """Says yes to everything except the questions it was told to deny; tile 3 (bottom right) denies all."""
+
+    def __init__(self, deny: set[str]):
+        self.deny, self.calls = deny, 0
+
+    def answer(self, images, questions):
+        self.calls += 1
+        n = len(questions) // 4
+        return [("no" if q in self.deny or i // n == 3 else "yes") for i, q in enumerate(questions)]
+
+
+def test_dpg_is_scored_on_2x2_grids_of_the_samples_with_its_dependency_rule(gen, tmp_path, monkeypatch):
+    from cogrpo.benchmarks import dpg
+    from tasks import benchmark_scores
+
+    graph = dpg.load_question_graph(SAMPLE_CSV, strict=False)
+    whole = lambda v: all(p == 0 or p in v.questions for q in v.questions.values() for p in q.parents)  # noqa: E731
+    first, item = next((k, v) for k, v in graph.items() if whole(v) and any(any(q.parents) for q in v.questions.values()))
+    child = next(q for q in item.questions.values() if any(q.parents))
+    parent = item.questions[next(p for p in child.parents if p)]
+    suite = Suite("dpg", [first], [{"item_id": first, "prompt": first}], 4)
+    params = amused_params(dpg={"csv": str(SAMPLE_CSV), "vqa_model": str(tmp_path)})
+    cell, out = tmp_path / "cell", tmp_path / "out"
+    out.mkdir()
+    generate_cell(gen, suite, base_knobs(params.schedule), 0, 64, cell)
+    vqa = ScriptedVQA({parent.question})
+    monkeypatch.setattr("cogrpo.benchmarks.vqa.load_vqa", lambda kind, path: vqa)
+    metrics = benchmark_scores.score_dpg(params, suite, cell, out)
+    # DPG's rule by hand: denied questions score 0, then in CSV order a question with a parent at 0 scores 0
+    score = {q.qid: float(q.question != parent.question) for q in item.questions.values()}
+    for q in item.questions.values():
+        if any(p and score[p] == 0 for p in q.parents):
+            score[q.qid] = 0.0
+    assert score[child.qid] == 0.0 and sum(score.values()) > 0
+    # three tiles answer so; the fourth (bottom right) says no to everything
+    assert metrics["dpg.score"] == pytest.approx(100 * 3 * np.mean(list(score.values())) / 4)
+    grid = np.asarray(Image.open(out / "dpg_grids" / f"{first}.png"))
+    tile = np.asarray(Image.open(cell / "images/00000/samples/0003.png"))
+    h, w = tile.shape[:2]
+    assert grid.shape[:2] == (2 * h, 2 * w) and (grid[h:, w:] == tile).all()  # sample 3 is the bottom-right tile
+    assert vqa.calls == 1
+
+
+def test_published_suites_need_a_backbone_that_reads_text_and_dpg_a_square_grid():
+    with pytest.raises(InputError, match="benchmark.suites.*amused"):
+        parse_params({"benchmark": {"suites": ["embedded", "geneval"]}})
+    with pytest.raises(InputError, match="benchmark.samples_per_prompt.dpg.*square"):
+        parse_params({"benchmark": {"samples_per_prompt": {"dpg": 3}}})
+    with pytest.raises(InputError, match="benchmark.steps.1 = 17 exceeds the 16 tokens"):
+        parse_params({"benchmark": {"steps": [2, 17]}})
