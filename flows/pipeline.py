@@ -1,9 +1,12 @@
 """The flows a user runs: the whole experiment (`pipeline`), one DVC stage (`stage`), one model's benchmark.
 
 `pipeline`: every stage of flows/stages.py in order — prompt prep → tokenizer → pretrain → baseline eval →
-schedule sweep → Co-GRPO (rollout → score → update, looped) → eval — each through the store, so an unchanged
+schedule sweep → Co-GRPO (rollout → score → update, looped) → eval → benchmark (variants × step counts ×
+suites) — each through the store, so an unchanged
 rerun is all `Cached` and a changed param reruns only the stages whose key it enters. One MLflow parent run
 per execution with a nested run per stage.
+
+`benchmark`: the benchmark stage on any model folders, with suites, step counts and variants as parameters.
 
 `stage`: what `dvc repro` runs for one stage (`python -m pipelines.stage NAME`): the same stage task on the
 workspace's input folders, then its output copied from the store to the workspace path DVC tracks and its
@@ -16,6 +19,7 @@ import base64
 from pathlib import Path
 from typing import Any, Literal
 
+import polars as pl
 from prefect import flow
 from prefect.states import Failed
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -24,11 +28,12 @@ from prefect.runtime import flow_run
 from adapters import tracking
 from adapters.progress import run_logger
 from adapters.store import materialize
-from cogrpo.config import Params
+from cogrpo.config import Params, Suite, Variant
 from cogrpo.core.schedule import KNOBS, load_schedule, resolve_schedule
 from cogrpo.errors import InputError
 from cogrpo.io import write_bytes_atomic, write_text_atomic
 from cogrpo.validate import load_params, with_overrides
+from flows.benchmark import HEADLINE
 from flows.stages import STAGES, Stage, StageRun, locate, stage_task, track
 
 Mode = Literal["co", "model", "schedule"]
@@ -188,39 +193,51 @@ def stage(name: str, params_file: str = "params.yaml", root: str = "runs") -> di
     return run.result
 
 
-@flow(name="benchmark", flow_run_name="benchmark · {model_dir}")
-def benchmark(model_dir: str = "models/trained", schedule_file: str | None = "models/trained/schedule.json",
-              prompts_file: str = "data/prompts/eval_heldout.parquet", tokenizer_dir: str = "models/tokenizer",
-              steps: int | None = None, params_file: str = "params.yaml",
-              overrides: dict[str, Any] | None = None) -> dict:
-    """GenEval-style benchmark of one model under one schedule; ends with the scores as a table artifact and a
-    log line.
+def _benchmark_run_name() -> str:
+    p = flow_run.parameters
+    what = ", ".join(p.get("suites") or []) or "params' suites"
+    return f"benchmark · {p.get('trained_dir', 'models/trained')} · {what}"
+
+
+@flow(name="benchmark", flow_run_name=_benchmark_run_name)
+def benchmark(suites: list[Suite] | None = None, steps: list[int] | None = None, variants: list[Variant] | None = None,
+              trained_dir: str = "models/trained", base_dir: str = "models/base", prompts_dir: str = "data/prompts",
+              tokenizer_dir: str = "models/tokenizer", params_file: str = "params.yaml",
+              overrides: dict[str, Any] | None = None, root: str = "runs") -> dict:
+    """The benchmark stage (flows/benchmark.py) on any trained model: each variant × step count × suite generated
+    and scored, through the store (a cell generated before, by this flow, `dvc repro` or a shard worker, is not
+    generated again); ends with the scores as a table artifact and a log line.
 
     Args:
-        model_dir: the model folder (config.json + model.safetensors), e.g. models/trained or models/base.
-        schedule_file: a learned schedule (schedule.json), carried to `steps` when its own step count differs.
-            Empty: the base schedule of params_file.
-        prompts_file: the prompt set, e.g. data/prompts/eval_heldout.parquet or data/prompts/eval_seen.parquet.
-        tokenizer_dir: the tokenizer that decodes the model's tokens.
-        steps: inference steps. Empty: schedule.steps of params_file.
-        params_file: the params file (world, eval settings, base schedule).
-        overrides: any params key, dotted, e.g. {"eval.samples_per_prompt": 8}. Empty: none.
+        suites: embedded, geneval, dpg, imagereward, hpsv2. Empty: benchmark.suites of params_file.
+        steps: inference step counts, e.g. [2, 4, 8, 16]. Empty: benchmark.steps of params_file.
+        variants: base-base, trained-base, trained-learned (model-schedule). Empty: benchmark.variants.
+        trained_dir: the trained model folder (with its learned schedule.json), e.g. models/trained.
+        base_dir: the base model folder it was trained from, e.g. models/base.
+        prompts_dir: the embedded world's prompt sets (the embedded suite reads eval_heldout.parquet).
+        tokenizer_dir: the tokenizer that decodes the embedded model's tokens.
+        params_file: the params file every other setting comes from.
+        overrides: any other params key, dotted, e.g. {"benchmark.max_prompts": 50}. Empty: none.
+        root: the store and state folders.
     """
-    from adapters.progress import Reporter
-    from cogrpo.benchmarks.geneval import summarize
-    from tasks.evaluate import run_eval
-
+    named = {"benchmark.suites": suites, "benchmark.steps": steps, "benchmark.variants": variants}
     try:
-        params = resolve_params(params_file, steps=steps, overrides=overrides)
-        knobs = resolve_schedule(params.schedule, schedule_file)
+        params = resolve_params(params_file, overrides={k: v for k, v in named.items() if v} | (overrides or {}))
+        inputs = {"prompts": Path(prompts_dir), "tokenizer": Path(tokenizer_dir), "base": Path(base_dir),
+                  "trained": Path(trained_dir)}
+        for arg, path in inputs.items():
+            if not path.exists():
+                raise FileNotFoundError(f"{path}: not found ({arg}_dir)")
     except (InputError, FileNotFoundError) as err:
         return _bad_parameters(err)
-    rows, _ = run_eval(params, Path(model_dir), Path(tokenizer_dir), Path(prompts_file), knobs, Reporter(),
-                       f"benchmark {Path(prompts_file).stem}")
-    summary = summarize(rows) | {"steps": len(knobs)}
-    table = [{"metric": f"geneval.{k}", "value": round(v, 4)} for k, v in summary["geneval"].items()]
-    create_table_artifact(table + [{"metric": "dpg.score", "value": round(summary["dpg"]["score"], 4)}],
-                          key="benchmark", description=f"{model_dir} at {len(knobs)} steps on {prompts_file}")
-    run_logger().info(f"benchmark {model_dir} at {len(knobs)} steps on {prompts_file}: "
-                      f"geneval overall {summary['geneval']['overall']:.4f}, dpg {summary['dpg']['score']:.4f}")
-    return summary
+    tracking.setup()
+    tracking.fail_dead_runs()
+    run = _run_stage(STAGES["benchmark"], params, inputs, root, None)
+    table = pl.read_csv(run.out / "table.csv").with_columns(pl.col("value").round(4))
+    create_table_artifact(table.to_dicts(), key="benchmark",
+                          description=f"{trained_dir}: {', '.join(params.benchmark.suites)} at {params.benchmark.steps} steps")
+    headline = table.filter(pl.col("metric").str.split(".").list.last().is_in(HEADLINE))
+    run_logger().info(f"benchmark {trained_dir}: " + "; ".join(
+        f"{r['suite']} {r['metric']} {r['variant']} {r['steps']} steps {r['value']}" for r in headline.iter_rows(named=True))
+        + f"; outputs in {run.out}")
+    return run.result["scores"]

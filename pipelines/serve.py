@@ -49,7 +49,7 @@ def deployments(nightly_on: bool = False) -> list:
         pipeline.to_deployment(name="nightly", schedules=[Cron("0 2 * * *", active=nightly_on, slug=NIGHTLY)],
                                description="The default experiment every night at 02:00 (switch its schedule on).",
                                **common),
-        benchmark.to_deployment(name="cogrpo", description="GenEval-style benchmark of one model and schedule.",
+        benchmark.to_deployment(name="cogrpo", description="Benchmarks of a trained model: variants × step counts × suites.",
                                 **common),
     ]
 

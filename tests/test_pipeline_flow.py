@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-STAGES = ["prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep", "train", "evaluate", "headline"]
+STAGES = ["prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep", "train", "evaluate", "benchmark", "headline"]
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,8 @@ def test_rerun_is_cached_and_a_param_reruns_only_its_dependents(runs):
     assert all(_cached(again).values())
     assert again["eval"] == first["eval"] and again["baseline"] == first["baseline"]
     assert _cached(reseeded) == {"prompts": True, "tokenizer": True, "pretrain": True, "baseline": True,
-                                 "schedule_sweep": True, "train": False, "evaluate": False, "headline": False}
+                                 "schedule_sweep": True, "train": False, "evaluate": False, "benchmark": False,
+                                 "headline": False}
     assert reseeded["stages"]["train"]["out"] != first["stages"]["train"]["out"]
     # outputs are content-addressed folders that hold what the stage wrote
     assert Path(first["stages"]["train"]["out"], "schedule.json").is_file()
@@ -62,7 +63,7 @@ def test_mlflow_parent_and_nested_runs(runs):
     assert sorted(first["stage"]["tags.stage"]) == sorted(STAGES) and set(first["stage"]["status"]) == {"FINISHED"}
     assert "train · co · seed 0 · 4 steps" in set(first["stage"]["tags.mlflow.runName"])
     assert again["stage"].empty  # all cached: no duplicate runs, nothing uploaded again
-    assert sorted(reseeded["stage"]["tags.stage"]) == ["evaluate", "headline", "train"]
+    assert sorted(reseeded["stage"]["tags.stage"]) == ["benchmark", "evaluate", "headline", "train"]
     cached_parent = parents[parents["run_id"] == runs[1]["mlflow_run_id"]].iloc[0]
     made_train = first["stage"][first["stage"]["tags.stage"] == "train"]["run_id"].iloc[0]
     assert cached_parent["tags.stage.train.mlflow_run"] == made_train and cached_parent["tags.stage.train.cached"] == "true"
@@ -142,17 +143,19 @@ def test_benchmark_flow_evaluates_a_trained_model_at_other_step_counts(runs):
     from flows.pipeline import benchmark
 
     st = runs[0]["stages"]
-    kw = {"model_dir": st["train"]["out"], "schedule_file": str(Path(st["train"]["out"], "schedule.json")),
-          "prompts_file": str(Path(st["prompts"]["out"], "eval_heldout.parquet")),
+    kw = {"trained_dir": st["train"]["out"], "base_dir": st["pretrain"]["out"], "prompts_dir": st["prompts"]["out"],
           "tokenizer_dir": st["tokenizer"]["out"]}
-    same = benchmark(**kw)
-    assert same == runs[0]["eval"]["heldout"]  # the learned schedule at its own step count: the pipeline's eval
+    scores = benchmark(steps=[4, 3], variants=["trained-learned"], **kw)["embedded"]
+    # the learned schedule at its own step count is the pipeline's evaluation; carried to 3 steps it differs
+    assert scores["geneval.overall"]["trained-learned"]["4"] == runs[0]["eval"]["heldout"]["geneval"]["overall"]
+    assert scores["dpg.score"]["trained-learned"]["4"] == runs[0]["eval"]["heldout"]["dpg"]["score"]
+    assert scores["dpg.score"]["trained-learned"]["3"] != scores["dpg.score"]["trained-learned"]["4"]
     from prefect.artifacts import Artifact
 
     table = Artifact.get("benchmark")  # the run ends with its scores where the UI shows them
-    assert table is not None and f"{same['geneval']['overall']:.4f}".rstrip("0") in str(table.data)
-    fewer = benchmark(**kw, steps=2)  # carried to 2 steps
-    assert set(fewer["geneval"]) == set(same["geneval"]) and fewer != same
+    assert table is not None and "geneval.overall" in str(table.data)
+    assert benchmark(steps=[4, 3], variants=["trained-learned"], **kw)["embedded"] == scores  # found in the store
+    assert benchmark(trained_dir="nowhere", return_state=True).is_failed()
 
 
 @pytest.mark.slow  # keeps `make test` within 10 minutes on 2 cores; `make bench` runs it
