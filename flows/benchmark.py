@@ -1,8 +1,9 @@
 """The benchmark stage: generate (resumable, shardable: tasks/benchmark.py), then score each cell
 (tasks/benchmark_scores.py), beside the reward server when ImageReward or HPS is asked for.
 
-Images are generated into the stage's state folder, which outlives a crash; the stage's output holds them
-(hard links) with each cell's scores, `table.csv` (one row per suite × metric × steps × variant) and `summary.json`.
+Images are generated into the stage's state folder (runs/benchmark/<identity>/cells), which outlives a crash and
+is shared by the runs that differ only in suites, step counts, variants or scorer settings; the stage's output
+holds them (hard links) with each cell's scores and `table.csv` (one row per suite × metric × steps × variant).
 """
 
 from __future__ import annotations
@@ -15,19 +16,14 @@ import polars as pl
 
 from adapters import reward_server
 from cogrpo.config import Params
-from cogrpo.rewards import Term
+from cogrpo.validate import benchmark_reward_terms
 from tasks import benchmark_scores as scores
-from tasks.benchmark import cell_folder, generate_all, load_suite
+from tasks.benchmark import cell_folder, load_suite, wait_for_cells
+from flows.plots import figure, png
 from tasks.context import StageContext
 
 SCORERS = {"embedded": scores.score_embedded, "geneval": scores.score_geneval, "dpg": scores.score_dpg}
 SERVED_SUITES = {"imagereward": scores.score_imagereward, "hpsv2": scores.score_hps}
-
-
-def served_terms(params: Params) -> list[Term]:
-    suites = params.benchmark.suites
-    return ([Term("imagereward")] if "imagereward" in suites else []) + (
-        [Term("hpsv2", version=v) for v in params.benchmark.hpsv2_versions] if "hpsv2" in suites else [])
 
 
 def _link_tree(src: Path, dst: Path) -> None:
@@ -43,10 +39,10 @@ def _link_tree(src: Path, dst: Path) -> None:
 
 def benchmark_stage(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
     cfg, cells = params.benchmark, ctx.state_dir / "cells"
-    generate_all(params, inputs, cells, report=ctx.report)
+    wait_for_cells(params, inputs, cells, report=ctx.report)
     suites = {s: load_suite(s, params, inputs["prompts"]) for s in cfg.suites}
     rows, n_cells, done = [], len(cfg.variants) * len(cfg.steps) * len(suites), 0
-    with reward_server.serve(params.reward_models, served_terms(params), ctx.state_dir) as (url, _):
+    with reward_server.serve(params.reward_models, benchmark_reward_terms(params), ctx.state_dir) as (url, _):
         for variant in cfg.variants:
             for steps in cfg.steps:
                 for name, suite in suites.items():
@@ -87,11 +83,9 @@ def report_markdown(result: dict, out: Path) -> str:
 
 def steps_png(result: dict, out: Path, params: Params) -> bytes:
     """Each suite's summary metric against the step count, one line per model and schedule."""
-    from flows.stages import _figure, _png
-
     table = pl.read_csv(out / "table.csv").filter(pl.col("metric").str.split(".").list.last().is_in(HEADLINE))
     panels = table.select("suite", "metric").unique(maintain_order=True).rows()
-    fig, axes = _figure(len(panels), "Score against inference steps")
+    fig, axes = figure(len(panels), "Score against inference steps")
     for ax, (suite, metric) in zip(axes, panels):
         part = table.filter((pl.col("suite") == suite) & (pl.col("metric") == metric))
         for variant in part["variant"].unique(maintain_order=True):
@@ -103,4 +97,4 @@ def steps_png(result: dict, out: Path, params: Params) -> bytes:
         ax.set_xlabel("steps")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)

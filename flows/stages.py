@@ -27,6 +27,7 @@ from adapters.progress import Reporter
 from adapters.store import Entry, Store, params_key, stage_key
 from cogrpo.config import Params
 from flows.benchmark import benchmark_stage, report_markdown, steps_png
+from flows.plots import figure, png
 from flows.train import train_stage
 from tasks.context import StageContext
 from tasks.data import train_tokenizer, write_prompt_sets
@@ -64,31 +65,12 @@ def _learned_schedule(result: dict, out: Path) -> str:
     return _json([{"step": t + 1} | r for t, r in enumerate(rows)])
 
 
-def _png(fig) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
-    return buf.getvalue()
-
-
-def _figure(n: int, title: str):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 2.8), squeeze=False)
-    fig.suptitle(title, fontsize=10)
-    return fig, axes[0]
-
-
 def _schedule_png(result: dict, out: Path, params: Params) -> bytes:
     """Each knob on its own axes, learned (deterministic) against the base schedule it started from."""
     from cogrpo.core.schedule import KNOBS, base_knobs, load_schedule
 
     learned, base = load_schedule(out / "schedule.json"), base_knobs(params.schedule)
-    fig, axes = _figure(len(KNOBS), "Learned schedule per step (base dashed)")
+    fig, axes = figure(len(KNOBS), "Learned schedule per step (base dashed)")
     steps = range(1, len(learned) + 1)
     for k, (ax, knob) in enumerate(zip(axes, KNOBS)):
         ax.plot(steps, base[:, k], "--", color="grey")
@@ -96,12 +78,12 @@ def _schedule_png(result: dict, out: Path, params: Params) -> bytes:
         ax.set_title(knob, fontsize=9)
         ax.set_xlabel("step")
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def _train_png(result: dict, out: Path, params: Params) -> bytes:
     curves = _train_curves(result)
-    fig, axes = _figure(2, "Co-GRPO training")
+    fig, axes = figure(2, "Co-GRPO training")
     it, mean, std = curves["iteration"], curves["reward_mean"], curves["reward_std"]
     axes[0].plot(it, mean, color="#08519c")
     axes[0].fill_between(it, mean - std, mean + std, color="#9ecae1", alpha=0.5)
@@ -112,16 +94,16 @@ def _train_png(result: dict, out: Path, params: Params) -> bytes:
     for ax in axes:
         ax.set_xlabel("iteration")
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def _pretrain_png(result: dict, out: Path, params: Params) -> bytes:
-    fig, axes = _figure(1, "Pretraining")
+    fig, axes = figure(1, "Pretraining")
     axes[0].plot([h["step"] for h in result["history"]], [h["loss"] for h in result["history"]], color="#08519c")
     axes[0].set_title("masked-token loss", fontsize=9)
     axes[0].set_xlabel("step")
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 @dataclass(frozen=True)
@@ -139,12 +121,19 @@ class Stage:
     datasets: tuple[str, ...] = ()  # prompt sets it uses (logged to MLflow as dataset inputs)
     artifacts: dict[str, str] = field(default_factory=dict)  # path inside out ("" = all) → MLflow artifact folder
     resume_varies: tuple[str, ...] | None = None  # resumable: fields a run may change and still resume
+    data: tuple[str, ...] = ()  # files of the repository it reads (hashed into its key, DVC deps), e.g. prompt files
     describe: tuple[str, ...] = ()  # more params sections logged with its MLflow run, for comparing runs
     metric_prefix: str = ""  # its result's metrics are logged as <prefix>.<name> (default: the stage's name)
 
     @property
     def modules(self) -> tuple[str, ...]:
         return (self.work.__module__,)
+
+    def with_data(self, inputs: dict[str, Path]) -> dict[str, Path]:
+        """Its inputs and its data files, everything whose content enters its key."""
+        from adapters.code_deps import ROOT
+
+        return inputs | {f"data:{rel}": ROOT / rel for rel in self.data}
 
 
 _EVAL = {"prompts": "prompts", "tokenizer": "tokenizer"}
@@ -184,6 +173,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
                    "metrics/eval_seen.json": lambda r, out: _json(r["seen"])}),
     Stage("benchmark", benchmark_stage, ("world", "model", "schedule", "eval", "benchmark", "reward_models", THREADS),
           _EVAL | {"base": "pretrain", "trained": "train"}, out="outputs/benchmark", describe=("train",),
+          data=("data/benchmarks",),
           # cells are generated per variant, step count and suite, so a run that adds some reuses the others
           resume_varies=("benchmark.suites", "benchmark.steps", "benchmark.variants", "benchmark.geneval",
                          "benchmark.dpg", "benchmark.hpsv2_versions", "reward_models"),
@@ -224,7 +214,8 @@ class StageRun:
 def locate(name: str, params: Params, inputs: dict[str, Path], root: str = "runs") -> Entry:
     """The store entry a stage's params, inputs and code point to (done or not)."""
     stage = STAGES[name]
-    return Store(root).entry(name, stage_key(name, params_key(params, stage.params), inputs, stage.modules))
+    return Store(root).entry(name, stage_key(name, params_key(params, stage.params), stage.with_data(inputs),
+                                             stage.modules))
 
 
 def state_folder(name: str, params: Params, inputs: dict[str, Path], root: str = "runs") -> Path | None:
@@ -233,8 +224,8 @@ def state_folder(name: str, params: Params, inputs: dict[str, Path], root: str =
     stage = STAGES[name]
     if stage.resume_varies is None:
         return None
-    return Path(root) / name / stage_key(name, params_key(params, stage.params, stage.resume_varies), inputs,
-                                         stage.modules)
+    return Path(root) / name / stage_key(name, params_key(params, stage.params, stage.resume_varies),
+                                         stage.with_data(inputs), stage.modules)
 
 
 @task(cache_policy=NO_CACHE, persist_result=False, task_run_name="{name}")

@@ -1,7 +1,7 @@
 """Write dvc.yaml from the stage declarations (flows/stages.py): `python -m pipelines.dvc_yaml [--check]`.
 
-Each stage's deps are the files of the code it imports (adapters.code_deps), the stage runner, and the
-upstream stages' output folders; its params, outs, metrics and plots come from its declaration. Outputs are
+Each stage's deps are the files of the code it imports (adapters.code_deps), the stage runner, the data files
+it declares, and the upstream stages' output folders; its params, outs, metrics and plots come from its declaration. Outputs are
 `persist: true`: DVC then leaves them in place until the stage's command replaces them, so a run that stops
 on bad params deletes nothing. `--check` exits 1 when the committed dvc.yaml is not what this would write.
 """
@@ -27,7 +27,7 @@ def render(root: Path | None = None) -> str:
     for s in STAGES.values():
         code = [f for f in closure(s.modules, root) if f not in RUNNER]
         spec: dict = {"cmd": f"python -m pipelines.stage {s.name}",
-                      "deps": RUNNER + code + [STAGES[src].out for src in s.inputs.values()]}
+                      "deps": RUNNER + code + list(s.data) + [STAGES[src].out for src in s.inputs.values()]}
         if s.params:
             spec["params"] = list(s.params)
         if s.out:

@@ -1,17 +1,21 @@
 """The benchmark stage's work: generate every variant × step count × suite with the project's sampler, then score.
 
 A cell (one variant, step count and suite) is a folder: `images/` in GenEval's layout (`<i:05d>/metadata.jsonl`,
-`<i:05d>/samples/<j:04d>.png`), `done/<b:05d>` for each finished batch of `eval.batch_prompts` prompts, then the
-scores. Batches are fixed by the prompt list alone, and each trajectory's noise by its global index, so any shard
-of the batches (batch b belongs to shard b mod n), any crash and rerun, or any order gives the same images: a
-batch marked done is never generated again, and one cut off mid-way is generated whole.
+`<i:05d>/samples/<j:04d>.png`), then `done/<b:05d>` for each batch of `eval.batch_prompts` prompts whose images
+are on disk (fsynced before the marker). Batches are fixed by the prompt list alone, and each trajectory's noise by
+its index in the whole set, so any shard of the batches (batch b belongs to shard b mod n), any crash and rerun,
+or any order gives the same images: a batch marked done is never generated again, one cut off mid-way is
+generated whole. A worker claims a batch with `done/<b:05d>.lock` (created exclusively, holding its pid), so
+shard workers and the stage can run at once; the lock of a dead worker is taken over.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +25,12 @@ import torch
 from PIL import Image
 
 from cogrpo.backbones.loading import load_generator
-from cogrpo.benchmarks.geneval import trajectory_seeds
+from cogrpo.benchmarks.geneval import sample_batch
 from cogrpo.config import Params
 from cogrpo.core.generator import Generator
-from cogrpo.core.sampler import sample
 from cogrpo.core.schedule import resolve_schedule
+from cogrpo.errors import InputError
+from cogrpo.io import fsync_dir, process_alive, write_bytes_atomic, write_text_atomic
 
 BENCHMARK_FILES = Path(__file__).resolve().parents[1] / "data" / "benchmarks"
 
@@ -58,7 +63,15 @@ def load_suite(name: str, params: Params, prompts_dir: Path) -> Suite:
                                     BENCHMARK_FILES / "geneval_object_names.txt")
         records, samples = [(p.prompt, p.metadata) for p in loaded], cfg.samples_per_prompt.geneval
     elif name == "dpg":
-        loaded = specs.load_dpg_prompts(BENCHMARK_FILES / "dpg_bench_prompts.jsonl")
+        loaded = specs.load_dpg_prompts(BENCHMARK_FILES / "dpg_bench_prompts.jsonl")[: cfg.max_prompts]
+        if cfg.dpg.csv:  # the question graph read now, so that a wrong file fails before any generation
+            from cogrpo.benchmarks.dpg import load_question_graph
+
+            graph = load_question_graph(cfg.dpg.csv, strict=False)
+            missing = [p.group for p in loaded if p.group not in graph]
+            if len(missing) > 1:  # DPG's own skip of the CSV's first row can cost one item, no more
+                raise InputError(f"{cfg.dpg.csv}: {len(missing)} of {len(loaded)} DPG-Bench prompts have no questions "
+                                 f"there (first: {missing[0]}): give DPG-Bench's own dpg_bench.csv")
         records, samples = [(p.prompt, p.metadata) for p in loaded], cfg.samples_per_prompt.dpg
     elif name == "imagereward":
         loaded = specs.load_imagereward(BENCHMARK_FILES / "imagereward_benchmark_prompts.json")
@@ -87,35 +100,66 @@ def batches(suite: Suite, batch_prompts: int) -> int:
     return math.ceil(len(suite.prompts) / batch_prompts)
 
 
-def _write_png(path: Path, image: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    Image.fromarray(image).save(tmp, format="PNG")
-    os.replace(tmp, path)
+def _png(image: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+STALE_CLAIM_S = 60.0  # a lock file still empty after this long was left by a worker killed while creating it
+
+
+def _claim(lock: Path) -> bool:
+    """Create the batch's lock file holding this pid; False while another live worker holds it (a dead one's lock
+    is taken over)."""
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                holder, age = lock.read_text().strip(), time.time() - lock.stat().st_mtime
+            except OSError:  # released meanwhile
+                continue
+            if (holder.isdigit() and process_alive(int(holder))) or (not holder and age < STALE_CLAIM_S):
+                return False
+            lock.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(str(os.getpid()))
+        return True
+    return False
 
 
 def generate_cell(gen: Generator, suite: Suite, knobs: torch.Tensor, seed: int, batch_prompts: int, cell: Path,
                   shard: int = 0, shards: int = 1, on_batch: Callable[[int], None] | None = None) -> int:
-    """Generate the batches of shard `shard` of `shards` not yet done into cell/images; returns how many ran."""
-    ran = 0
-    (cell / "done").mkdir(parents=True, exist_ok=True)
+    """Generate the batches of shard `shard` of `shards` that are neither done nor claimed by a live worker;
+    returns how many it generated."""
+    ran, done = 0, cell / "done"
+    done.mkdir(parents=True, exist_ok=True)
     for b in range(shard, batches(suite, batch_prompts), shards):
-        marker = cell / "done" / f"{b:05d}"
-        if marker.exists():
+        marker, lock = done / f"{b:05d}", done / f"{b:05d}.lock"
+        if marker.exists() or not _claim(lock):
             continue
-        start = b * batch_prompts
-        chunk = suite.prompts[start:start + batch_prompts]
-        rows = torch.arange(start, start + len(chunk)).repeat_interleave(suite.samples)
-        with torch.no_grad():
-            traj = sample(gen, gen.encode(chunk).repeat_interleave(suite.samples), knobs,
-                          trajectory_seeds(seed, len(rows), start * suite.samples), rows)
-        images = gen.decode(traj.tokens)
-        for k, (p, img) in enumerate(zip(rows.tolist(), images)):
-            folder = cell / "images" / f"{p:05d}"
-            (folder / "samples").mkdir(parents=True, exist_ok=True)
-            if k % suite.samples == 0:
-                (folder / "metadata.jsonl").write_text(json.dumps(suite.metadata[p]) + "\n")
-            _write_png(folder / "samples" / f"{k % suite.samples:04d}.png", img)
-        marker.touch()
+        try:
+            if marker.exists():  # finished by a worker between our check and our claim
+                continue
+            start = b * batch_prompts
+            chunk = suite.prompts[start:start + batch_prompts]
+            with torch.no_grad():
+                traj = sample_batch(gen, chunk, start, knobs, suite.samples, seed)
+            folders = set()
+            for k, (p, img) in enumerate(zip(traj.prompt_index.tolist(), gen.decode(traj.tokens))):
+                folder = cell / "images" / f"{p:05d}"
+                if k % suite.samples == 0:
+                    write_text_atomic(folder / "metadata.jsonl", json.dumps(suite.metadata[p]) + "\n")
+                write_bytes_atomic(folder / "samples" / f"{k % suite.samples:04d}.png", _png(img))
+                folders |= {folder, folder / "samples"}
+            for folder in folders | {cell / "images"}:
+                fsync_dir(folder)
+            write_bytes_atomic(marker, b"")
+            fsync_dir(done)
+        finally:
+            lock.unlink(missing_ok=True)
         ran += 1
         if on_batch:
             on_batch(b)
@@ -126,10 +170,18 @@ def cell_done(suite: Suite, batch_prompts: int, cell: Path) -> bool:
     return all((cell / "done" / f"{b:05d}").exists() for b in range(batches(suite, batch_prompts)))
 
 
-def read_images(suite: Suite, cell: Path) -> tuple[np.ndarray, torch.Tensor]:
+def read_images(suite: Suite, cell: Path, batch_prompts: int) -> tuple[np.ndarray, torch.Tensor]:
     """All of a cell's images, prompt-major, and the prompt index of each."""
-    images = [np.asarray(Image.open(cell / "images" / f"{p:05d}" / "samples" / f"{j:04d}.png").convert("RGB"))
-              for p in range(len(suite.prompts)) for j in range(suite.samples)]
+    images = []
+    for p in range(len(suite.prompts)):
+        for j in range(suite.samples):
+            png = cell / "images" / f"{p:05d}" / "samples" / f"{j:04d}.png"
+            try:
+                images.append(np.asarray(Image.open(png).convert("RGB")))
+            except (OSError, ValueError) as err:
+                marker = cell / "done" / f"{p // batch_prompts:05d}"
+                raise InputError(f"{png}: unreadable ({type(err).__name__}); delete {marker} and rerun to generate "
+                                 "its batch again") from None
     return np.stack(images), torch.arange(len(suite.prompts)).repeat_interleave(suite.samples)
 
 
@@ -157,3 +209,16 @@ def generate_all(params: Params, inputs: dict[str, Path], root: Path, shard: int
                         gen, suite, knobs, params.eval.seed, params.eval.batch_prompts, cell, shard, shards,
                         on_batch=lambda b, label=label, total=total: report and report(label, b + 1, total))
     return ran
+
+
+def wait_for_cells(params: Params, inputs: dict[str, Path], root: Path, poll_s: float = 2.0,
+                   report: Callable[..., None] | None = None) -> None:
+    """Generate whatever is left (also batches whose worker died) until every cell is done: batches claimed by
+    live shard workers are theirs to finish."""
+    while True:
+        generate_all(params, inputs, root, report=report)
+        suites = [load_suite(s, params, inputs["prompts"]) for s in params.benchmark.suites]
+        if all(cell_done(suite, params.eval.batch_prompts, cell_folder(root, v, t, suite.name))
+               for v in params.benchmark.variants for t in params.benchmark.steps for suite in suites):
+            return
+        time.sleep(poll_s)

@@ -35,7 +35,7 @@ def score_embedded(params: Params, suite: Suite, cell: Path, out: Path) -> dict[
     from cogrpo.world.prompts import GENEVAL_TAGS
     from cogrpo.world.scenes import World
 
-    images, prompt_index = read_images(suite, cell)
+    images, prompt_index = read_images(suite, cell, params.eval.batch_prompts)
     rows = score(Checker(World(params.world)), images, suite.metadata, prompt_index)
     _jsonl(out / "results.jsonl", [r for r in rows if r["tag"] in GENEVAL_TAGS])
     _jsonl(out / "results_dpg.jsonl", [r for r in rows if r["tag"] not in GENEVAL_TAGS])
@@ -49,12 +49,19 @@ def score_geneval(params: Params, suite: Suite, cell: Path, out: Path) -> dict[s
         raise InputError("benchmark.geneval.command: not set; GenEval's evaluator (its object detector and colour "
                          "classifier) scores the geneval suite, where you installed it")
     results = (out / "results.jsonl").resolve()
-    filled = command.format(images=shlex.quote(str((cell / "images").resolve())), results=shlex.quote(str(results)))
+    filled = command.replace("{images}", shlex.quote(str((cell / "images").resolve()))).replace(
+        "{results}", shlex.quote(str(results)))
     done = subprocess.run(filled, shell=True, capture_output=True, text=True)
     if done.returncode != 0 or not results.is_file():
         last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise InputError(f"benchmark.geneval.command exited {done.returncode} without writing {results}: {last[0]}")
-    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    rows = []
+    for n, line in enumerate(results.read_text().splitlines(), 1):
+        try:
+            row = json.loads(line)
+            rows.append({"tag": row["tag"], "correct": bool(row["correct"]), "metadata": row["metadata"]})
+        except (ValueError, KeyError, TypeError) as err:
+            raise InputError(f"{results}:{n}: not a GenEval results row ({type(err).__name__}: {err})") from None
     if len(rows) != len(suite.prompts) * suite.samples:
         raise InputError(f"{results}: {len(rows)} rows for {len(suite.prompts) * suite.samples} images")
     return {f"geneval.{k}": v for k, v in geneval_summary(rows).items()}
@@ -70,15 +77,14 @@ def score_dpg(params: Params, suite: Suite, cell: Path, out: Path) -> dict[str, 
     from PIL import Image
 
     from cogrpo.benchmarks import dpg
-    from cogrpo.benchmarks.vqa import load_vqa
 
     cfg = params.benchmark.dpg
     if not cfg.csv or not cfg.vqa_model:
         raise InputError("benchmark.dpg.csv and benchmark.dpg.vqa_model: DPG-Bench's question graph (dpg_bench.csv) "
                          "and a VQA model's folder are needed to score the dpg suite")
     graph = dpg.load_question_graph(cfg.csv, strict=False)
-    vqa = load_vqa(cfg.vqa, cfg.vqa_model)
-    images, _ = read_images(suite, cell)
+    vqa = _vqa(cfg.vqa, cfg.vqa_model)
+    images, _ = read_images(suite, cell, params.eval.batch_prompts)
     side = math.isqrt(suite.samples)
     (out / "dpg_grids").mkdir(parents=True, exist_ok=True)
     records, scores = [], []
@@ -92,7 +98,7 @@ def score_dpg(params: Params, suite: Suite, cell: Path, out: Path) -> dict[str, 
             continue
         try:
             result = dpg.score_images(vqa, item, grid, grid=side)
-        except InputError as err:  # a parent the item lacks: DPG's script drops the image
+        except dpg.MissingParent as err:  # DPG's script drops the image
             records.append({"item_id": meta["item_id"], "score": None, "failed": str(err)})
             continue
         scores.append(result)
@@ -104,11 +110,23 @@ def score_dpg(params: Params, suite: Suite, cell: Path, out: Path) -> dict[str, 
         f"dpg.broad.{k}": v for k, v in summary["category_broad"].items()}
 
 
+_VQA: dict[tuple[str, str], object] = {}
+
+
+def _vqa(kind: str, path: str):
+    """The VQA model, loaded once per process (every cell of a stage asks the same one)."""
+    from cogrpo.benchmarks.vqa import load_vqa
+
+    if (kind, path) not in _VQA:
+        _VQA[(kind, path)] = load_vqa(kind, path)
+    return _VQA[(kind, path)]
+
+
 def _served(params: Params, url: str, label: str, suite: Suite, cell: Path) -> list[float]:
     from cogrpo.rewards.remote import RewardClient
 
     client = RewardClient(url, params.reward_models.request_timeout_s)
-    images, prompt_index = read_images(suite, cell)
+    images, prompt_index = read_images(suite, cell, params.eval.batch_prompts)
     prompts = [suite.prompts[p] for p in prompt_index.tolist()]
     return [s for i in range(0, len(images), SERVER_BATCH)
             for s in client.score(label, images[i:i + SERVER_BATCH], prompts[i:i + SERVER_BATCH])]
@@ -126,8 +144,9 @@ def score_hps(params: Params, suite: Suite, cell: Path, out: Path, url: str) -> 
     metrics = {}
     for version in params.benchmark.hpsv2_versions:
         cosines = _served(params, url, f"hpsv2_{version}", suite, cell)
-        styles = [m["tag"] for m in suite.metadata]
+        index = [p for p in range(len(suite.prompts)) for _ in range(suite.samples)]
+        styles = [suite.metadata[p]["tag"] for p in index]
         _jsonl(out / f"scores_hpsv2_{version}.jsonl", [{"prompt_index": p, "style": st, "cosine": c}
-                                                       for p, (st, c) in enumerate(zip(styles, cosines))])
+                                                       for p, st, c in zip(index, styles, cosines, strict=True)])
         metrics |= {f"hpsv2_{version}.{k}": v for k, v in hps_summary(cosines, styles).items()}
     return metrics

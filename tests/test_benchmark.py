@@ -192,3 +192,61 @@ def test_published_suites_need_a_backbone_that_reads_text_and_dpg_a_square_grid(
         parse_params({"benchmark": {"samples_per_prompt": {"dpg": 3}}})
     with pytest.raises(InputError, match="benchmark.steps.1 = 17 exceeds the 16 tokens"):
         parse_params({"benchmark": {"steps": [2, 17]}})
+
+
+def test_a_batch_claimed_by_a_live_worker_is_left_to_it_and_a_dead_workers_claim_is_taken_over(gen, tmp_path):
+    import subprocess
+
+    suite = load_suite("geneval", amused_params(), tmp_path)
+    knobs, cell = base_knobs(amused_params().schedule), tmp_path / "cell"
+    (cell / "done").mkdir(parents=True)
+    (cell / "done" / "00001.lock").write_text(str(subprocess.Popen(["sleep", "30"]).pid))  # a live worker's
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (cell / "done" / "00002.lock").write_text(str(dead.pid))  # a worker killed mid-batch
+    assert generate_cell(gen, suite, knobs, 0, 2, cell) == 2  # batches 0 and 2
+    assert sorted(p.name for p in (cell / "done").iterdir()) == ["00000", "00001.lock", "00002"]
+
+
+def test_the_state_folder_keeps_images_only_while_what_makes_them_is_unchanged(tmp_path):
+    from flows.stages import state_folder
+
+    inputs = {}
+    for arg in ("prompts", "tokenizer", "base", "trained"):
+        (tmp_path / arg).mkdir()
+        (tmp_path / arg / "f").write_text(arg)
+        inputs[arg] = tmp_path / arg
+    base = parse_params({})
+    folder = lambda params, inputs=inputs: state_folder("benchmark", params, inputs, str(tmp_path))  # noqa: E731
+    same = {"benchmark.suites": ["embedded"], "benchmark.steps": [3], "benchmark.variants": ["trained-base"],
+            "benchmark.shards": 4}
+    changed = {"benchmark.max_prompts": 3, "benchmark.samples_per_prompt.geneval": 2, "eval.seed": 5,
+               "eval.batch_prompts": 8, "schedule.cfg": 2.0, "model.dim": 64}
+    from cogrpo.config import with_overrides
+
+    for key, value in same.items():
+        assert folder(with_overrides(base, {key: value})) == folder(base), key
+    for key, value in changed.items():
+        assert folder(with_overrides(base, {key: value})) != folder(base), key
+    (tmp_path / "trained" / "f").write_text("another model")
+    assert folder(base, inputs) != folder(base, {k: tmp_path / "prompts" for k in inputs})
+
+
+def test_a_dpg_question_graph_without_the_benchmarks_prompts_fails_before_generation(tmp_path):
+    params = amused_params(suites=["dpg"], dpg={"csv": str(SAMPLE_CSV)})  # a real graph, of other prompts
+    with pytest.raises(InputError, match="of 5 DPG-Bench prompts have no questions there"):
+        load_suite("dpg", params, tmp_path)
+
+
+def test_scorers_missing_or_misconfigured_fail_at_params_load(gen):
+    from cogrpo.config import ParamsError
+    from cogrpo.validate import cross_check
+
+    amused = {"model": {"backbone": "amused", "pretrained": str(gen.folder)}}
+    with pytest.raises(ParamsError, match="benchmark.geneval.command.*lacks \\{results\\}"):
+        cross_check(parse_params(amused | {"benchmark": {"suites": ["geneval"],
+                                                         "geneval": {"command": "run {images}"}}}))
+    with pytest.raises(ParamsError, match="benchmark.dpg.csv"):
+        cross_check(parse_params(amused | {"benchmark": {"suites": ["dpg"]}}))
+    with pytest.raises(ParamsError, match="reward_models.hpsv2.v2_1"):
+        cross_check(parse_params(amused | {"benchmark": {"suites": ["hpsv2"]}}))

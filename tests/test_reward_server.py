@@ -271,8 +271,8 @@ def test_the_imagereward_and_hps_benchmarks_score_through_the_server_as_their_sc
     assert got["imagereward.mean"] == pytest.approx((np.mean(direct[:2]) + np.mean(direct[2:])) / 2, rel=1e-6)
     assert len((tmp_path / "out_imagereward/scores.jsonl").read_text().splitlines()) == 4
 
-    hps = Suite("hpsv2", ["p0", "p1", "p2", "p3"], [{"tag": s} for s in ("anime", "anime", "photo", "paintings")], 1)
+    hps = Suite("hpsv2", ["p0", "p1"], [{"tag": "anime"}, {"tag": "photo"}], 2)  # two images per prompt
     got = score_hps(Params(), hps, cell_of(hps), tmp_path / "out_hpsv2", client.url)
-    cos = client.score("hpsv2_v2.1", images, ["p0", "p1", "p2", "p3"])
+    cos = client.score("hpsv2_v2.1", images, ["p0", "p0", "p1", "p1"])
     assert got["hpsv2_v2.1.anime"] == pytest.approx(100 * (cos[0] + cos[1]) / 2, rel=1e-6)
     assert got["hpsv2_v2.1.average"] == pytest.approx(100 * np.mean(cos), rel=1e-6)

@@ -36,10 +36,11 @@ def test_every_stage_of_dvc_yaml_is_a_declared_stage_in_the_flow_order():
 
 
 def _project_copy(tmp_path: Path) -> Path:
-    """The project's code, dvc.yaml and params.yaml in a fresh folder."""
+    """The project's code, declared data, dvc.yaml and params.yaml in a fresh folder."""
     work = tmp_path / "project"
     files = [f for folder in ("src", "tasks", "flows", "pipelines", "adapters") for f in (ROOT / folder).rglob("*.py")]
-    for f in files + [ROOT / "dvc.yaml", ROOT / "params.yaml"]:
+    data = list((ROOT / "data" / "benchmarks").iterdir())  # the benchmark stage's declared data
+    for f in files + data + [ROOT / "dvc.yaml", ROOT / "params.yaml"]:
         (work / f.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(f, work / f.relative_to(ROOT))
     return work

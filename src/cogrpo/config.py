@@ -438,12 +438,13 @@ def with_overrides(params: Params, overrides: dict[str, object], source: str = "
     for dotted, value in overrides.items():
         keys, node = dotted.split("."), raw
         for i, key in enumerate(keys):
-            if not isinstance(node, dict) or key not in node:
+            last = i == len(keys) - 1  # may be absent from the dump (a field left out while None): the schema judges
+            if not isinstance(node, dict) or (key not in node and not last):
                 raise ParamsError(f"{source}: key '{'.'.join(keys[:i + 1])}': unknown key")
-            if i < len(keys) - 1:
-                node = node[key]
-            else:
+            if last:
                 node[key] = value
+            else:
+                node = node[key]
     return parse_params(raw, source)
 
 

@@ -17,7 +17,7 @@ import polars as pl
 from cogrpo.errors import InputError
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -35,7 +35,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     if path.parent.is_dir():  # scratch left by processes that died half-way (kill -9) is removed here
         for stale in path.parent.glob(".*.tmp-*"):
             pid = stale.name.rpartition("-")[2]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not process_alive(int(pid)):
                 shutil.rmtree(stale, ignore_errors=True)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -143,11 +143,24 @@ def exclusive(folder: str | Path) -> Iterator[None]:
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """The file appears whole or not at all, and is on disk when this returns (its folder's entry: fsync_dir)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
     tmp.replace(path)
+
+
+def fsync_dir(folder: str | Path) -> None:
+    """Make the names created or renamed in a folder durable (a crash then cannot lose them)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

@@ -11,7 +11,7 @@ from cogrpo.config import Params, ParamsError
 
 
 def cross_check(params: Params, source: str = "params") -> Params:
-    from cogrpo.rewards import REGISTRY
+    from cogrpo.rewards import REGISTRY, Term
     from cogrpo.world.prompts import max_train_prompts
     from cogrpo.world.scenes import World
 
@@ -20,7 +20,8 @@ def cross_check(params: Params, source: str = "params") -> Params:
             raise ParamsError(f"{source}: key 'train.rewards.{i}.name': unknown reward '{term.name}' "
                               f"(known: {', '.join(sorted(REGISTRY))})")
 
-    _served_rewards_can_start(params, source)
+    _served_rewards_can_start(params, [Term.of(t) for t in params.train.rewards], source)
+    _benchmark_scorers_can_run(params, source)
     most = max_train_prompts(World(params.world), params.prompts)
     if params.train.prompts_per_iter > most:
         raise ParamsError(f"{source}: key 'train.prompts_per_iter': {params.train.prompts_per_iter} exceeds the "
@@ -32,12 +33,40 @@ def cross_check(params: Params, source: str = "params") -> Params:
     return params
 
 
-def _served_rewards_can_start(params: Params, source: str) -> None:
+def _benchmark_scorers_can_run(params: Params, source: str) -> None:
+    """A published suite's scorer must be set up before hours of generation, not found missing after them."""
+    cfg, suites = params.benchmark, params.benchmark.suites
+    if "geneval" in suites:
+        command = cfg.geneval.command or ""
+        lacking = [p for p in ("{images}", "{results}") if p not in command]
+        if lacking:
+            raise ParamsError(f"{source}: key 'benchmark.geneval.command': {command!r} lacks {' and '.join(lacking)}: "
+                              "GenEval's evaluator, run where you installed it, scores the geneval suite")
+    if "dpg" in suites:
+        if not cfg.dpg.csv or not Path(cfg.dpg.csv).is_file():
+            raise ParamsError(f"{source}: key 'benchmark.dpg.csv': {cfg.dpg.csv!r} is not a file: give the path of "
+                              "DPG-Bench's question graph (dpg_bench.csv of its repository)")
+        if not cfg.dpg.vqa_model or not Path(cfg.dpg.vqa_model).is_dir():
+            raise ParamsError(f"{source}: key 'benchmark.dpg.vqa_model': {cfg.dpg.vqa_model!r} is not a folder: give "
+                              "the VQA model's weights (DPG's mPLUG-large, or a transformers BLIP VQA)")
+    _served_rewards_can_start(params, benchmark_reward_terms(params), source)
+
+
+def benchmark_reward_terms(params: Params) -> list:
+    """The reward models (cogrpo.rewards.Term) the benchmark's suites are scored by."""
+    from cogrpo.rewards import Term
+
+    suites = params.benchmark.suites
+    return ([Term("imagereward")] if "imagereward" in suites else []) + (
+        [Term("hpsv2", version=v) for v in params.benchmark.hpsv2_versions] if "hpsv2" in suites else [])
+
+
+def _served_rewards_can_start(params: Params, terms: list, source: str) -> None:
     """Rewards the run's own reward server will score need its environment and their weight files, now."""
-    from cogrpo.rewards import SERVED, Term
+    from cogrpo.rewards import SERVED
     from cogrpo.rewards.remote import server_files
 
-    served = [Term.of(t) for t in params.train.rewards if t.name in SERVED]
+    served = [t for t in terms if t.name in SERVED]
     if not served or params.reward_models.url:
         return
     for label, key, path, where in server_files(params.reward_models, served):

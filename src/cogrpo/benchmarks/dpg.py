@@ -5,7 +5,7 @@ samples); an answer scores 1 when it is exactly "yes". A question with a parent 
 scored 0 scores 0 itself. The prompt's score is the mean over tiles of the mean over questions; the benchmark's
 score is the mean over prompts, x100. What DPG's script does oddly, and we keep on purpose:
 - it skips the CSV's first data row (`skip_first_row`, ELLA issue #61), so the first item loses a question; where a sibling
-  depends on it, the script fails on that item (we raise InputError from `score_item`, as DPG drops the image);
+  depends on it, the script fails on that item (we raise MissingParent from `score_item`, as DPG drops the image);
 - its category scores use the answers *before* parent zeroing, and of the *last tile only* (ELLA issue #60);
 - its categories come from the `tuple` column (L2 = text before "(", L1 = L2's text before "-"), not from the
   category columns; per-question scores are pooled over all items before the mean.
@@ -28,6 +28,10 @@ from cogrpo.errors import InputError
 
 COLUMNS = ("item_id", "text", "keywords", "proposition_id", "dependency", "category_broad", "category_detailed",
            "tuple", "question_natural_language")
+
+
+class MissingParent(InputError):
+    """A question depends on a proposition its item lacks: DPG's script fails that image and leaves it out."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +174,7 @@ def score_item(item: Item, answers_per_tile: Sequence[dict[int, str]]) -> ItemSc
                 if p == 0:
                     continue
                 if p not in scores:
-                    raise InputError(f"item {item.item_id}: proposition {q} depends on {p}, which the item does "
+                    raise MissingParent(f"item {item.item_id}: proposition {q} depends on {p}, which the item does "
                                      f"not have (DPG's script fails this image)")
                 if scores[p] == 0:
                     scores[q] = 0

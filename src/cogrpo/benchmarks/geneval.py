@@ -30,17 +30,22 @@ def generate(gen: Generator, prompts: list[str], knobs: torch.Tensor, samples: i
     """`samples` trajectories per prompt, prompt-major; knobs (T, 4) or one (n, T, 4) row per trajectory.
     on_batch(prompts done, prompts in all) after each batch."""
     parts = []
-    per_traj = knobs.dim() == 3
     for start in range(0, len(prompts), batch_prompts):
         chunk = prompts[start : start + batch_prompts]
-        cond = gen.encode(chunk)
-        rows = torch.arange(start, start + len(chunk)).repeat_interleave(samples)
-        first = start * samples
-        k = knobs[first : first + len(rows)] if per_traj else knobs
-        parts.append(sample(gen, cond.repeat_interleave(samples), k, trajectory_seeds(seed, len(rows), first), rows))
+        parts.append(sample_batch(gen, chunk, start, knobs, samples, seed))
         if on_batch:
             on_batch(start + len(chunk), len(prompts))
     return Trajectory.cat(parts)
+
+
+def sample_batch(gen: Generator, chunk: list[str], start: int, knobs: torch.Tensor, samples: int,
+                 seed: int) -> Trajectory:
+    """`samples` trajectories of each prompt of a batch whose first prompt is prompt `start` of the set: each
+    trajectory's noise is seeded by its index in the whole set, so a batch does not depend on the others."""
+    rows = torch.arange(start, start + len(chunk)).repeat_interleave(samples)
+    first = start * samples
+    k = knobs[first : first + len(rows)] if knobs.dim() == 3 else knobs
+    return sample(gen, gen.encode(chunk).repeat_interleave(samples), k, trajectory_seeds(seed, len(rows), first), rows)
 
 
 def score(checker: Checker, images: np.ndarray, specs: list[dict], prompt_index: torch.Tensor) -> list[dict]:
