@@ -46,43 +46,37 @@ class Suite:
     samples: int
 
 
+PUBLISHED = {  # suite → its prompt file(s) in data/benchmarks and the schema that reads them (cogrpo.benchmarks.specs)
+    "geneval": ("load_geneval", "geneval_evaluation_metadata.jsonl", "geneval_object_names.txt"),
+    "dpg": ("load_dpg_prompts", "dpg_bench_prompts.jsonl"),
+    "imagereward": ("load_imagereward", "imagereward_benchmark_prompts.json"),
+    "hpsv2": ("load_hps", "hpsv2_benchmark_prompts.jsonl"),
+}
+
+
 def load_suite(name: str, params: Params, prompts_dir: Path) -> Suite:
-    """The suite's prompt file read and validated (every row, before anything is generated)."""
+    """The suite's prompts (its first benchmark.max_prompts), every row of its file validated first."""
     from cogrpo.benchmarks import specs
+    from cogrpo.io import read_specs
 
     cfg = params.benchmark
     if name == "embedded":
-        from cogrpo.io import read_specs
-
         path = prompts_dir / "eval_heldout.parquet"
-        rows = read_specs(path)
-        specs.validate_embedded(rows, params.world, path)
-        records, samples = [(r["prompt"], r) for r in rows], params.eval.samples_per_prompt
-    elif name == "geneval":
-        loaded = specs.load_geneval(BENCHMARK_FILES / "geneval_evaluation_metadata.jsonl",
-                                    BENCHMARK_FILES / "geneval_object_names.txt")
-        records, samples = [(p.prompt, p.metadata) for p in loaded], cfg.samples_per_prompt.geneval
-    elif name == "dpg":
-        loaded = specs.load_dpg_prompts(BENCHMARK_FILES / "dpg_bench_prompts.jsonl")[: cfg.max_prompts]
-        if cfg.dpg.csv:  # the question graph read now, so that a wrong file fails before any generation
-            from cogrpo.benchmarks.dpg import load_question_graph
-
-            graph = load_question_graph(cfg.dpg.csv, strict=False)
-            missing = [p.group for p in loaded if p.group not in graph]
-            if len(missing) > 1:  # DPG's own skip of the CSV's first row can cost one item, no more
-                raise InputError(f"{cfg.dpg.csv}: {len(missing)} of {len(loaded)} DPG-Bench prompts have no questions "
-                                 f"there (first: {missing[0]}): give DPG-Bench's own dpg_bench.csv")
-        records, samples = [(p.prompt, p.metadata) for p in loaded], cfg.samples_per_prompt.dpg
-    elif name == "imagereward":
-        loaded = specs.load_imagereward(BENCHMARK_FILES / "imagereward_benchmark_prompts.json")
-        records, samples = [(p.prompt, p.metadata) for p in loaded], cfg.samples_per_prompt.imagereward
-    elif name == "hpsv2":
-        loaded = specs.load_hps(BENCHMARK_FILES / "hpsv2_benchmark_prompts.jsonl")
-        records, samples = [(p.prompt, p.metadata) for p in loaded], cfg.samples_per_prompt.hpsv2
+        loaded, samples = specs.validate_embedded(read_specs(path), params.world, path), params.eval.samples_per_prompt
     else:
-        raise ValueError(name)
-    records = records[: cfg.max_prompts]
-    return Suite(name, [p for p, _ in records], [m for _, m in records], samples)
+        loader, *files = PUBLISHED[name]
+        loaded, samples = getattr(specs, loader)(*(BENCHMARK_FILES / f for f in files)), getattr(
+            cfg.samples_per_prompt, name)
+    loaded = loaded[: cfg.max_prompts]
+    if name == "dpg" and cfg.dpg.csv:  # the question graph read now: a wrong file fails before any generation
+        from cogrpo.benchmarks.dpg import load_question_graph
+
+        graph = load_question_graph(cfg.dpg.csv, strict=False)
+        missing = [p.group for p in loaded if p.group not in graph]
+        if len(missing) > 1:  # DPG's own skip of the CSV's first row can cost one item, no more
+            raise InputError(f"{cfg.dpg.csv}: {len(missing)} of {len(loaded)} DPG-Bench prompts have no questions "
+                             f"there (first: {missing[0]}): give DPG-Bench's own dpg_bench.csv")
+    return Suite(name, [p.prompt for p in loaded], [p.metadata for p in loaded], samples)
 
 
 def variant_knobs(params: Params, variant: str, steps: int, trained: Path) -> torch.Tensor:
