@@ -160,7 +160,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
           datasets=("eval_heldout",)),
     Stage("train", train_stage, ("world", "model", "schedule", "train", "reward_models", THREADS),
           {"prompts": "prompts", "tokenizer": "tokenizer", "model": "pretrain"},
-          out="models/trained", artifacts={"": "model"}, datasets=("train",), resume_varies=("train.iterations",),
+          out="models/trained", artifacts={"": "model"}, datasets=("train",),
+          resume_varies=("train.iterations", "train.processes"),  # a checkpoint resumes under any process count
           metrics={"metrics/train.json": _train_summary,
                    "metrics/train_history.csv": lambda r, out: _train_curves(r).write_csv(),
                    "metrics/learned_schedule.json": _learned_schedule},

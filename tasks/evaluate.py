@@ -11,6 +11,7 @@ from PIL import Image
 
 from cogrpo.backbones.loading import load_generator
 from cogrpo.benchmarks.geneval import evaluate, summarize
+from cogrpo.benchmarks.specs import validate_embedded
 from cogrpo.config import Params, ScheduleConfig
 from cogrpo.core.schedule import base_knobs, resolve_schedule
 from cogrpo.images import captioned_grid
@@ -36,6 +37,7 @@ def run_eval(params: Params, model_dir: Path, tokenizer_dir: Path, prompts_file:
     """Results rows (GenEval's, one per image) and the decoded images of one prompt set under one schedule."""
     torch.set_num_threads(params.pretrain.threads)
     specs = read_specs(prompts_file)
+    validate_embedded(specs, params.world, prompts_file)  # every row against the world, before generating
     gen = load_generator(params.model, {"model": model_dir, "tokenizer": tokenizer_dir})
     cfg = params.eval
     return evaluate(gen, Checker(World(params.world)), specs, knobs, cfg.samples_per_prompt, cfg.seed,

@@ -24,6 +24,7 @@ from cogrpo.backbones.loading import load_generator
 from cogrpo.config import Params
 from cogrpo.core import checkpoints
 from cogrpo.core.batch import GroupedBatch
+from cogrpo.core.distributed import SINGLE, Ranks
 from cogrpo.core.schedule import base_knobs, save_schedule
 from cogrpo.core.trainer import CoGRPO, Rollout, draw_prompts, iteration_generator
 from cogrpo.errors import InputError
@@ -35,11 +36,17 @@ from cogrpo.world.scenes import World
 
 class TrainingSession:
     def __init__(self, params: Params, inputs: dict[str, Path], state_dir: Path, warn: Callable[[str], None],
-                 reward_url: str | None = None):
+                 reward_url: str | None = None, ranks: Ranks = SINGLE):
         """Build the run from the base model, or resume it from the newest good checkpoint at or before
         train.iterations (a checkpoint past it belongs to a longer run of the same identity). reward_url: the
-        reward server that scores the served reward terms (imagereward, hpsv2, clip), if any."""
+        reward server that scores the served reward terms (imagereward, hpsv2, clip), if any. ranks: this
+        process's place in a data-parallel run (each rank rolls out its share of the prompts; rank 0 alone
+        writes); a checkpoint does not depend on the number of ranks that wrote it."""
         cfg = self.cfg = params.train
+        self.ranks = ranks
+        if cfg.prompts_per_iter % ranks.world:
+            raise InputError(f"train.prompts_per_iter = {cfg.prompts_per_iter} does not split over {ranks.world} "
+                             "processes: whole groups per process")
         torch.set_num_threads(params.pretrain.threads)
         self.specs = read_specs(inputs["prompts"] / "train.parquet")
         if cfg.prompts_per_iter > len(self.specs):
@@ -48,7 +55,7 @@ class TrainingSession:
         self.generator = load_generator(params.model, inputs)
         bases = {T: base_knobs(params.schedule.model_copy(update={"steps": T}))
                  for T in [params.schedule.steps, *cfg.extra_steps]}
-        self.trainer = CoGRPO(self.generator, bases, cfg)
+        self.trainer = CoGRPO(self.generator, bases, cfg, ranks)
         terms = [Term.of(t) for t in cfg.rewards] + [Term("strict", 0.0)]  # strict: accuracy per tag
         self.reward = combine(terms, World(params.world), reward_url, params.reward_models.request_timeout_s)
         self.state_dir = state_dir
@@ -60,7 +67,8 @@ class TrainingSession:
             checkpoints.require_finite(self.trained_weights(), str(ckpt / "model"))
             self.history = [json.loads(line) for line in (ckpt / "history.jsonl").read_text().splitlines()]
         self.resumed_at = self.iteration
-        (state_dir / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in self.history))
+        if ranks.rank == 0:
+            (state_dir / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in self.history))
 
     @property
     def iteration(self) -> int:
@@ -70,9 +78,11 @@ class TrainingSession:
         return [(f"trained[{i}]", p) for i, p in enumerate(self.generator.trainable_parameters())]
 
     def draw_batch(self) -> GroupedBatch:
-        """This iteration's prompts (tag-balanced, seeded by (seed, iteration)) with their encodings."""
+        """This iteration's prompts (tag-balanced, seeded by (seed, iteration)) with their encodings: this rank's
+        share of them."""
         gen = iteration_generator(self.cfg.seed, self.iteration, 0)
         rows = draw_prompts([s["tag"] for s in self.specs], self.cfg.prompts_per_iter, gen)
+        rows = rows[self.ranks.share(len(rows))]
         cond = self.generator.encode([self.specs[r]["prompt"] for r in rows.tolist()])
         return GroupedBatch(rows, cond, self.cfg.group_size)
 
@@ -85,15 +95,16 @@ class TrainingSession:
     def update(self, batch: GroupedBatch, rollout: Rollout, scores: dict[str, torch.Tensor]) -> dict:
         """The GRPO update; returns the iteration's metrics (also appended to history.jsonl)."""
         metrics = self.trainer.update(batch, rollout, scores["total"])
-        tags = [self.specs[r]["tag"] for r in batch.trajectory_rows().tolist()]
-        correct = scores["strict"].tolist()
+        tags = [self.specs[r]["tag"] for r in self.ranks.gather(batch.trajectory_rows()).tolist()]
+        correct = self.ranks.gather(scores["strict"]).tolist()
         for tag in sorted(set(tags)):
             hits = [c for c, t in zip(correct, tags) if t == tag]
             metrics[f"accuracy/{tag}"] = sum(hits) / len(hits)
         record = {"iteration": self.iteration} | metrics
         self.history.append(record)
-        with open(self.state_dir / "history.jsonl", "a") as fh:
-            fh.write(json.dumps(record) + "\n")
+        if self.ranks.rank == 0:
+            with open(self.state_dir / "history.jsonl", "a") as fh:
+                fh.write(json.dumps(record) + "\n")
         return metrics
 
     def sample_grid(self, n_prompts: int = 8, samples: int = 4):
@@ -105,8 +116,11 @@ class TrainingSession:
         return image_grid(self.generator.decode(traj.tokens), cols=2 * samples)
 
     def save_checkpoint(self) -> Path:
-        """A diverged model (NaN or inf weights) stops the run here, before it can become a checkpoint."""
+        """A diverged model (NaN or inf weights) stops the run here, before it can become a checkpoint. Rank 0
+        writes it (every rank holds the same state)."""
         checkpoints.require_finite(self.trained_weights(), f"iteration {self.iteration}'s model")
+        if self.ranks.rank != 0:
+            return self.state_dir / "checkpoints" / f"{self.iteration:06d}"
 
         def fill(folder: Path) -> None:
             self.trainer.save(folder)

@@ -84,6 +84,18 @@ def test_bad_prompt_file_names_the_file_and_writes_nothing(restore, capsys, cont
     assert not list(Path("outputs").glob(".*tmp*"))
 
 
+def test_a_prompt_row_the_world_cannot_hold_names_the_file_and_row(restore, capsys):
+    from cogrpo.io import read_specs, write_specs
+
+    path = Path("data/prompts/eval_heldout.parquet")
+    specs = read_specs(path)
+    specs[1]["include"][0]["count"] = 99  # on a 16-cell board: was evaluated silently before
+    write_specs(path, specs)
+    before = _snapshot("outputs/baseline")
+    assert _fails("baseline", capsys).startswith(f"error: {path}:row 1: include[0].count: 99 can never be met")
+    assert _snapshot("outputs/baseline") == before
+
+
 def test_checkpoint_that_does_not_match_its_model_config(restore, capsys):
     config = Path("models/trained/config.json")
     cfg = json.loads(config.read_text())

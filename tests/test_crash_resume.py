@@ -51,6 +51,8 @@ def _iterations_done(cwd: Path) -> int:
     return len(history.read_text().splitlines()) if history and history.is_file() else 0
 
 
+@pytest.mark.slow  # suite time: resumption stays in the suite (tests/test_text.py, the 2-process train stage
+# resuming checkpoints in tests/test_stages_e2e.py); `make bench` runs this kill -9
 def test_kill_9_then_rerun_resumes_and_matches_an_uninterrupted_run(trained_inputs, tmp_path):
     import mlflow
 

@@ -63,7 +63,9 @@ def test_deployments_have_typed_parameters_and_a_schedule(served):
     assert '"train.lr_schedule": 0.3' in props["overrides"]["description"]
     nightly = asyncio.run(_deployment("pipeline/nightly"))
     assert nightly.schedules[0].schedule.cron == "0 2 * * *" and not nightly.schedules[0].active
-    assert "model_dir" in asyncio.run(_deployment("benchmark/cogrpo")).parameter_openapi_schema["properties"]
+    bench = asyncio.run(_deployment("benchmark/cogrpo")).parameter_openapi_schema["properties"]
+    assert {"trained_dir", "suites", "steps", "variants"} <= set(bench) and all(bench[p].get("description") for p in bench)
+    assert set(bench["suites"]["anyOf"][0]["items"]["enum"]) == {"embedded", "geneval", "dpg", "imagereward", "hpsv2"}
 
 
 def test_a_triggered_run_completes(served):

@@ -89,6 +89,7 @@ def test_the_server_scores_what_the_packages_score_called_directly(server, weigh
     assert np.ptp(served["imagereward"]) > 1e-3 and np.ptp(served["hpsv2_v2.1"]) > 1e-3  # not a constant
 
 
+@pytest.mark.slow  # suite time; `make bench` runs it
 def test_batch_order_does_not_change_a_score(server, batch):
     client, _ = server
     images, prompts = batch
@@ -152,6 +153,7 @@ def test_the_server_never_outlives_the_run_that_started_it(weights, tmp_path):
         pytest.fail(f"the reward server {server_pid} outlived the run that started it")
 
 
+@pytest.mark.slow  # suite time (loading checks: the misshapen-weights test below); `make bench` runs it
 def test_a_checkpoint_of_another_model_stops_the_start_with_one_line(weights, tmp_path):
     """ImageReward's own loader would take it with strict=False and score garbage."""
     import torch

@@ -270,6 +270,10 @@ class TrainConfig(_Section):
         "counts (training at one step count alone lowers it at the others).")
     step_fraction: float = Field(0.5, gt=0, le=1, description="Fraction of the T steps trained per inner epoch.")
     inner_epochs: int = Field(1, ge=1, description="Update passes over each rollout batch.")
+    processes: int = Field(
+        1, ge=1, description="Data-parallel processes of the training (torchrun, gloo on CPUs, NCCL on GPUs: one per "
+        "GPU): each rolls out prompts_per_iter / processes prompts' groups, gradients are summed across them. The "
+        "same model as one process up to float rounding; a checkpoint resumes under any number.")
     micro_batch: int | None = Field(
         None, ge=1, exclude_if=lambda v: v is None, description="Trajectories per forward and backward of a model "
         "update, their gradients accumulated: bounds the update's activation memory (aMUSEd on a GPU holds every "
@@ -406,6 +410,9 @@ class Params(_Section):
             raise ValueError(f"benchmark.suites {published}: the published benchmarks' prompts need a backbone that "
                              "reads any text (model.backbone: amused); the embedded model knows its world's words")
         counts = [self.schedule.steps, *self.train.extra_steps]
+        if self.train.prompts_per_iter % self.train.processes:
+            raise ValueError(f"train.prompts_per_iter {self.train.prompts_per_iter} does not split over "
+                             f"train.processes {self.train.processes}: whole groups per process")
         if len(set(counts)) < len(counts) or min(counts) < 1:
             raise ValueError(f"train.extra_steps {self.train.extra_steps}: step counts ≥ 1, distinct, not schedule.steps")
         return self

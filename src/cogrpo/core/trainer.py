@@ -23,6 +23,7 @@ from torch import nn
 
 from cogrpo.config import TrainConfig
 from cogrpo.core.batch import GroupedBatch
+from cogrpo.core.distributed import SINGLE, Ranks
 from cogrpo.core.generator import Generator
 from cogrpo.core.grpo import clipped_surrogate, group_advantages, k3_kl, zero_std_fraction
 from cogrpo.core.policy import SchedulePolicy
@@ -72,11 +73,13 @@ def _tensors_to_state(prefix: str, tensors: dict, template: dict) -> dict:
 
 
 class CoGRPO:
-    def __init__(self, model: Generator, base_knobs: torch.Tensor | dict[int, torch.Tensor], cfg: TrainConfig):
+    def __init__(self, model: Generator, base_knobs: torch.Tensor | dict[int, torch.Tensor], cfg: TrainConfig,
+                 ranks: Ranks = SINGLE):
         """model: the generator as loaded (its reference is taken now); base_knobs: the base schedule (T, 4), or one
-        per trained step count, the main one first."""
+        per trained step count, the main one first; ranks: this process's place in a data-parallel run, whose
+        batches are each rank's share of the iteration's prompts (core/distributed.py)."""
         bases = base_knobs if isinstance(base_knobs, dict) else {len(base_knobs): base_knobs}
-        self.cfg = cfg
+        self.cfg, self.ranks = cfg, ranks
         self.model = model
         self.ref = model.reference()
         self.policies = nn.ModuleDict({str(T): SchedulePolicy(b, cfg.sigma_init, cfg.sigma_floor)
@@ -102,9 +105,10 @@ class CoGRPO:
     # ---- rollout -------------------------------------------------------------------------------------
     @torch.no_grad()
     def rollout(self, batch: GroupedBatch) -> Rollout:
-        """G trajectories per prompt of the batch, prompt-major."""
+        """G trajectories per prompt of the batch, prompt-major. Every rank draws the whole iteration's actions and
+        seeds and keeps its share, so a rank's trajectories are those one process would make for its prompts."""
         policy = self.policies[str(self.current_steps())]
-        n, T = batch.trajectories, policy.steps
+        n, T = batch.trajectories * self.ranks.world, policy.steps
         gen = iteration_generator(self.cfg.seed, self.iteration, 1)
         if self.train_schedule:
             actions = policy.sample(n, gen)
@@ -112,6 +116,8 @@ class CoGRPO:
         else:  # model mode: the deterministic base schedule
             actions, sched_logp = torch.zeros(n, T, len(KNOBS)), torch.zeros(n, T)
         seeds = torch.randint(0, 2**62, (n,), generator=gen)
+        mine = self.ranks.share(n)
+        actions, sched_logp, seeds = actions[mine], sched_logp[mine], seeds[mine]
         self.model.eval()
         traj = sample(self.model, batch.trajectory_cond(), policy.knobs(actions), seeds, batch.trajectory_rows())
         return Rollout(traj, actions, sched_logp)
@@ -119,6 +125,8 @@ class CoGRPO:
     # ---- update --------------------------------------------------------------------------------------
     def update(self, batch: GroupedBatch, ro: Rollout, rewards: torch.Tensor) -> dict:
         """One GRPO update from the batch's rollout and its rewards (B·G,)."""
+        if self.ranks.world > 1:
+            return self._update_ranks(batch, ro, rewards)
         cfg = self.cfg
         metrics: dict = {"reward_mean": rewards.mean().item(), "reward_std": rewards.std(unbiased=False).item(),
                          "zero_std_groups": zero_std_fraction(batch.groups(rewards)), "steps": float(ro.traj.steps)}
@@ -177,16 +185,79 @@ class CoGRPO:
         self.iteration += 1
         return metrics | {"skipped": float(skipped)} | self.schedule_metrics()
 
-    def _accumulate_model_grads(self, traj: Trajectory, cond, steps: torch.Tensor,
-                                adv: torch.Tensor) -> tuple[float, dict]:
+    def _update_ranks(self, batch: GroupedBatch, ro: Rollout, rewards: torch.Tensor) -> dict:
+        """update() of one rank of several: the rank's loss is its share of the global batch's, its gradients and
+        metrics are summed over the ranks (one all-reduce per epoch), so every rank takes the same step."""
+        cfg, ranks = self.cfg, self.ranks
+        everyone = ranks.gather(rewards)  # prompt-major across ranks, as one process would hold them
+        metrics: dict = {"reward_mean": everyone.mean().item(), "reward_std": everyone.std(unbiased=False).item(),
+                         "zero_std_groups": zero_std_fraction(everyone.view(-1, batch.group_size)),
+                         "steps": float(ro.traj.steps)}
+        if not torch.isfinite(everyone).all():
+            self.iteration += 1
+            return metrics | {"skipped": 1.0}
+        adv = group_advantages(batch.groups(rewards), cfg.scale_by_std).flatten()[:, None]
+        cond, T, share = batch.trajectory_cond(), ro.traj.steps, len(rewards) / len(everyone)
+        n_steps = max(1, math.ceil(cfg.step_fraction * T))
+        gen = iteration_generator(cfg.seed, self.iteration, 2)
+        policy = self.policies[str(T)]
+        params = (self.trained if self.train_model else []) + (list(policy.parameters()) if self.train_schedule else [])
+        skipped = 0
+        for _ in range(cfg.inner_epochs):
+            steps = torch.randperm(T, generator=gen)[:n_steps].sort().values
+            for opt in (self.opt_model, self.opt_sched):
+                if opt:
+                    opt.zero_grad(set_to_none=True)
+            part: dict[str, float] = {"loss": 0.0}
+            if self.train_model:
+                self.model.train()
+                cells = (ro.traj.commit_step[:, None, :] == steps[None, :, None]).sum().reshape(1)
+                ranks.sum_([cells])  # the KL is normalised by the global batch's committed cells
+                value, model_metrics = self._accumulate_model_grads(ro.traj, cond, steps, adv, len(everyone),
+                                                                    cells[0].clamp(min=1).to(self.model.device))
+                part |= {"loss": value} | model_metrics
+            if self.train_schedule:
+                sur_s = clipped_surrogate(policy.log_prob(ro.actions)[:, steps], ro.sched_logp[:, steps], adv,
+                                          cfg.clip_eps)
+                (share * sur_s.loss).backward()
+                part["loss"] += share * sur_s.loss.item()
+                part |= {"schedule/clip_fraction": share * sur_s.clip_fraction,
+                         "schedule/ratio_mean": share * sur_s.ratio_mean, "schedule/loss": share * sur_s.loss.item()}
+            for p in params:
+                if p.grad is None:  # every rank must reduce the same tensors
+                    p.grad = torch.zeros_like(p)
+            summed = torch.tensor(list(part.values()), dtype=torch.float64)
+            ranks.sum_([p.grad for p in params] + [summed])
+            part = dict(zip(part, summed.tolist()))
+            if not math.isfinite(part.pop("loss")):
+                skipped += 1
+                continue
+            metrics |= part
+            if self.train_model:
+                metrics["model/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.trained, cfg.max_grad_norm).item()
+                self.opt_model.step()
+            if self.train_schedule:
+                metrics["schedule/grad_norm"] = torch.nn.utils.clip_grad_norm_(policy.parameters(),
+                                                                               cfg.max_grad_norm).item()
+                self.opt_sched.step()
+        self.model.eval()
+        self.iteration += 1
+        return metrics | {"skipped": float(skipped)} | self.schedule_metrics()
+
+    def _accumulate_model_grads(self, traj: Trajectory, cond, steps: torch.Tensor, adv: torch.Tensor,
+                                n: int | None = None, cells: torch.Tensor | None = None) -> tuple[float, dict]:
         """The model's loss over the batch in slices of train.micro_batch trajectories, each slice's backward run
         at once: the gradient of the whole batch's loss (each slice's surrogate weighted by its share, the KL
-        normalised by the whole batch's committed cells), the activations of one slice in memory."""
-        cfg, n, device = self.cfg, len(adv), self.model.device
-        cells = (traj.commit_step[:, None, :] == steps[None, :, None]).sum().clamp(min=1).to(device)
+        normalised by the whole batch's committed cells), the activations of one slice in memory. n and cells:
+        the global batch's trajectories and committed cells when this batch is one rank's share."""
+        cfg, device = self.cfg, self.model.device
+        n = n or len(adv)
+        if cells is None:
+            cells = (traj.commit_step[:, None, :] == steps[None, :, None]).sum().clamp(min=1).to(device)
         total = dict.fromkeys(("model/loss", "model/kl", "model/clip_fraction", "model/ratio_mean"), 0.0)
-        for start in range(0, n, cfg.micro_batch):
-            rows = slice(start, start + cfg.micro_batch)
+        size = cfg.micro_batch or len(adv)
+        for start in range(0, len(adv), size):
+            rows = slice(start, start + size)
             part, part_cond, share = traj[rows], cond[rows], len(adv[rows]) / n
             lp_tok, now = trajectory_token_logprobs(self.model, part, part_cond, steps)
             sur = clipped_surrogate((lp_tok * now).sum(-1), part.logp[:, steps].to(device), adv[rows].to(device),
