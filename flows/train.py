@@ -92,6 +92,7 @@ def train_processes(params: Params, inputs: dict[str, Path], out: Path, state_di
     import json
     import os
     import re
+    import signal
     import subprocess
     import sys
 
@@ -110,12 +111,23 @@ def train_processes(params: Params, inputs: dict[str, Path], out: Path, state_di
                    f"--nproc_per_node={params.train.processes}", "-m", "pipelines.train_ranks", str(job.resolve())]
         run_logger().info(f"training in {params.train.processes} processes: {' '.join(command)} (log: {log})")
         root = Path(__file__).resolve().parents[1]  # the processes import this checkout, whatever the working folder
-        env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-        with open(log, "w") as fh:
-            done = subprocess.run(command, stdout=fh, stderr=subprocess.STDOUT, env=env)
-        if done.returncode != 0 or not result.is_file():
+        path = [str(root), str(root / "src"), os.environ.get("PYTHONPATH")]
+        env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, path))}
+        with open(log, "w") as fh:  # its own process group: stopped whole if this run stops (no orphaned ranks)
+            proc = subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            try:
+                proc.wait()
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    try:
+                        proc.wait(30)
+                    except subprocess.TimeoutExpired:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        proc.wait()
+        if proc.returncode != 0 or not result.is_file():
             raised = re.findall(r"\b(\w+(?:Error|Exception): .*)", log.read_text(errors="replace"))
             said = [r for r in raised if not r.startswith("ChildFailedError")] or ["no exception in the log"]
-            raise InputError(f"train: a training process failed (torchrun exit {done.returncode}): {said[-1][:300]}; "
+            raise InputError(f"train: a training process failed (torchrun exit {proc.returncode}): {said[-1][:300]}; "
                              f"log: {log}; rerun to resume from the last checkpoint")
         return json.loads(result.read_text())

@@ -9,6 +9,7 @@ model and writes the result file the launcher returns.
 import json
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 
@@ -21,16 +22,16 @@ def main(job_file: str) -> None:
 
     from adapters import tracking
     from cogrpo.config import parse_params
-    from cogrpo.core.distributed import current
+    from cogrpo.core.distributed import backend_spec, current
     from cogrpo.io import write_json
     from flows.train import loop
 
     job = json.loads(Path(job_file).read_text())
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    ranks = current()
     params = parse_params(job["params"], job_file)
+    if torch.cuda.is_available() and params.model.device in ("auto", "cuda"):  # one GPU per process
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend_spec(), timeout=timedelta(minutes=30))
+    ranks = current()
     run_id = job["run_id"] if ranks.rank == 0 else None
     if run_id:
         tracking.setup()

@@ -44,6 +44,9 @@ class TrainingSession:
         writes); a checkpoint does not depend on the number of ranks that wrote it."""
         cfg = self.cfg = params.train
         self.ranks = ranks
+        if ranks.world > 1:  # the ranks share the machine's cores (set before the session sets its own below)
+            params = params.model_copy(update={"pretrain": params.pretrain.model_copy(
+                update={"threads": max(1, params.pretrain.threads // ranks.world)})})
         if cfg.prompts_per_iter % ranks.world:
             raise InputError(f"train.prompts_per_iter = {cfg.prompts_per_iter} does not split over {ranks.world} "
                              "processes: whole groups per process")

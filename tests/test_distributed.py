@@ -1,6 +1,8 @@
 """Data-parallel Co-GRPO on the CPU with gloo: 2 processes, each with half the prompts, end where 1 process with
 the whole batch ends (model and schedule within 1e-5), for each training mode."""
 
+from datetime import timedelta
+
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -49,7 +51,8 @@ def train(rank: int, world: int, folder: str, mode: str, micro_batch: int | None
 
 def rank_main(rank: int, world: int, folder: str) -> None:
     """One process of the group: every case in turn; rank 0 saves the final states."""
-    dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=120))  # a deadlock fails the test, not the suite's hour
     torch.set_num_threads(1)
     finals = {mode: train(rank, world, folder, mode, micro)[1:] for mode, micro in CASES}
     if rank == 0:

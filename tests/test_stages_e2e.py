@@ -114,7 +114,8 @@ def test_the_flow_finds_what_dvc_stages_computed(tiny_project):
     assert result["eval"]["heldout"] == json.loads(Path("metrics/eval.json").read_text())
 
 
-def test_two_training_processes_train_what_one_does_and_their_checkpoints_resume_either_way(tiny_project):
+@pytest.mark.slow  # 50 s of torchrun on 2 cores: the 2-rank trainer test (tests/test_distributed.py) stays in the suite
+def test_two_training_processes_train_what_one_does_and_their_checkpoints_resume_either_way(tiny_project, tmp_path):
     """torchrun with 2 gloo processes (train.processes: 2), each with half of every iteration's prompts, trains from
     scratch what the 1-process run trained, and its iteration-2 checkpoint resumed by 1 process ends there too
     (model and schedule within 1e-5). The checkpoint format knows no process count, so 1 → 2 is the same path."""
@@ -138,7 +139,7 @@ def test_two_training_processes_train_what_one_does_and_their_checkpoints_resume
 
     from tests.tiny import TINY
 
-    one, kept = trained(), Path("../kept_train")
+    one, kept = trained(), tmp_path / "kept"
     for folder in ("runs/store/train", "runs/train", "models/trained"):  # put back afterwards, byte for byte
         shutil.copytree(folder, kept / folder)
     try:

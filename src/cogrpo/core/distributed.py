@@ -28,13 +28,25 @@ class Ranks:
         return slice(self.rank * per, (self.rank + 1) * per)
 
     def sum_(self, tensors: list[torch.Tensor]) -> None:
-        """Sum each tensor over the ranks, in place."""
+        """Sum each tensor over the ranks, in place: one all-reduce per device and dtype (on GPUs the gradients go
+        through NCCL, the CPU-side statistics through gloo)."""
         if self.world == 1 or not tensors:
             return
-        flat = _flatten_dense_tensors(tensors)
-        dist.all_reduce(flat)
-        for t, reduced in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
-            t.copy_(reduced)
+        buckets: dict[tuple, list[torch.Tensor]] = {}
+        for t in tensors:
+            buckets.setdefault((t.device, t.dtype), []).append(t)
+        for bucket in buckets.values():
+            flat = _flatten_dense_tensors(bucket)
+            dist.all_reduce(flat)
+            for t, reduced in zip(bucket, _unflatten_dense_tensors(flat, bucket)):
+                t.copy_(reduced)
+
+    def broadcast_(self, tensors: list[torch.Tensor]) -> None:
+        """Every rank's tensors set to rank 0's (the starting weights: no rank relies on its own random init)."""
+        if self.world == 1:
+            return
+        for t in tensors:
+            dist.broadcast(t, 0)
 
     def gather(self, t: torch.Tensor) -> torch.Tensor:
         """Every rank's tensor (same shape on each), concatenated in rank order along dim 0."""
@@ -46,6 +58,12 @@ class Ranks:
 
 
 SINGLE = Ranks()
+
+
+def backend_spec() -> str:
+    """The process group's backends: gloo for CPU tensors (the schedule policy, rewards, statistics), NCCL for CUDA
+    ones where there are GPUs."""
+    return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
 
 
 def current() -> Ranks:

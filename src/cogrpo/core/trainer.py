@@ -96,6 +96,7 @@ class CoGRPO:
         self.opt_sched = (torch.optim.Adam(self.policies.parameters(), lr=cfg.lr_schedule)
                           if self.train_schedule else None)
         self.iteration = 0
+        ranks.broadcast_([p.data for p in self.trained] + [p.data for p in self.policies.parameters()])
 
     def current_steps(self) -> int:
         """This iteration's step count: the cycle [main, *extra] indexed by the iteration."""
@@ -223,11 +224,13 @@ class CoGRPO:
                 part["loss"] += share * sur_s.loss.item()
                 part |= {"schedule/clip_fraction": share * sur_s.clip_fraction,
                          "schedule/ratio_mean": share * sur_s.ratio_mean, "schedule/loss": share * sur_s.loss.item()}
-            for p in params:
-                if p.grad is None:  # every rank must reduce the same tensors
-                    p.grad = torch.zeros_like(p)
+            unused = [p for p in params if p.grad is None]
+            for p in unused:  # every rank must reduce the same tensors
+                p.grad = torch.zeros_like(p)
             summed = torch.tensor(list(part.values()), dtype=torch.float64)
             ranks.sum_([p.grad for p in params] + [summed])
+            for p in unused:  # as one process: Adam skips a parameter without a gradient
+                p.grad = None
             part = dict(zip(part, summed.tolist()))
             if not math.isfinite(part.pop("loss")):
                 skipped += 1
