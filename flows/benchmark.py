@@ -17,9 +17,9 @@ import polars as pl
 from adapters import reward_server
 from cogrpo.config import Params
 from cogrpo.validate import benchmark_reward_terms
+from flows.plots import figure, png
 from tasks import benchmark_scores as scores
 from tasks.benchmark import cell_folder, load_suite, wait_for_cells
-from flows.plots import figure, png
 from tasks.context import StageContext
 
 SCORERS = {"embedded": scores.score_embedded, "geneval": scores.score_geneval, "dpg": scores.score_dpg}
@@ -38,6 +38,8 @@ def _link_tree(src: Path, dst: Path) -> None:
 
 
 def benchmark_stage(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
+    """Every cell generated (or found generated), then scored into out; returns {"scores": suite → metric →
+    variant → steps → value}."""
     cfg, cells = params.benchmark, ctx.state_dir / "cells"
     wait_for_cells(params, inputs, cells, report=ctx.report)
     suites = {s: load_suite(s, params, inputs["prompts"]) for s in cfg.suites}
