@@ -214,6 +214,7 @@ def test_missing_weights_or_environment_fail_at_params_load_in_one_line(tmp_path
         update={"url": "http://elsewhere:1"})}))  # a server elsewhere has its own files
 
 
+@pytest.mark.slow  # 44 s: the suite read 628 s at 8e5592d; the served path stays in it (the benchmark test below)
 def test_an_embedded_training_with_imagereward_runs_through_the_server(server, tiny_project):
     """The pipeline flow's train stage sums imagereward (scored by the server at reward_models.url) and the checker,
     and logs each term and the served models' versions in MLflow. (The flow's own start and stop of a server is
