@@ -1,4 +1,4 @@
-"""The benchmark stage: generate (resumable, shardable: tasks/benchmark.py), then score each cell
+"""The benchmark stage: generate (resumable, shardable: tasks/cells.py), then score each cell
 (tasks/benchmark_scores.py), beside the reward server when ImageReward or HPS is asked for.
 
 Images are generated into the stage's state folder (runs/benchmark/<identity>/cells), which outlives a crash and
@@ -8,8 +8,6 @@ holds them (hard links) with each cell's scores and `table.csv` (one row per sui
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import polars as pl
@@ -19,29 +17,19 @@ from cogrpo.config import Params
 from cogrpo.validate import benchmark_reward_terms
 from flows.plots import figure, png
 from tasks import benchmark_scores as scores
-from tasks.benchmark import cell_folder, load_suite, wait_for_cells
+from tasks.benchmark import benchmark_cells, cell_folder, load_suite
+from tasks.cells import link_images, wait_for_cells
 from tasks.context import StageContext
 
 SCORERS = {"embedded": scores.score_embedded, "geneval": scores.score_geneval, "dpg": scores.score_dpg}
 SERVED_SUITES = {"imagereward": scores.score_imagereward, "hpsv2": scores.score_hps}
 
 
-def _link_tree(src: Path, dst: Path) -> None:
-    """dst as a copy of src made of hard links (a plain copy across file systems)."""
-    def link(a: str, b: str) -> None:
-        try:
-            os.link(a, b)
-        except OSError:
-            shutil.copy2(a, b)
-
-    shutil.copytree(src, dst, copy_function=link)
-
-
 def benchmark_stage(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
     """Every cell generated (or found generated), then scored into out; returns {"scores": suite → metric →
     variant → steps → value}."""
     cfg, cells = params.benchmark, ctx.state_dir / "cells"
-    wait_for_cells(params, inputs, cells, report=ctx.report)
+    wait_for_cells(params, inputs, benchmark_cells(params, inputs, ctx.state_dir), report=ctx.report, root=cells)
     suites = {s: load_suite(s, params, inputs["prompts"]) for s in cfg.suites}
     rows, n_cells, done = [], len(cfg.variants) * len(cfg.steps) * len(suites), 0
     with reward_server.serve(params.reward_models, benchmark_reward_terms(params), ctx.state_dir) as (url, _):
@@ -49,7 +37,7 @@ def benchmark_stage(params: Params, inputs: dict[str, Path], out: Path, ctx: Sta
             for steps in cfg.steps:
                 for name, suite in suites.items():
                     cell, dest = cell_folder(cells, variant, steps, name), cell_folder(out, variant, steps, name)
-                    _link_tree(cell / "images", dest / "images")
+                    link_images(cell, dest / "images")
                     score = SCORERS.get(name)
                     metrics = (score(params, suite, cell, dest) if score
                                else SERVED_SUITES[name](params, suite, cell, dest, url))

@@ -26,7 +26,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
 from adapters import tracking
-from adapters.progress import run_logger
+from adapters.progress import Reporter, run_logger
 from adapters.store import materialize
 from cogrpo.config import Params, Suite, Variant
 from cogrpo.core.schedule import KNOBS, load_schedule, resolve_schedule
@@ -34,7 +34,7 @@ from cogrpo.errors import InputError
 from cogrpo.io import write_bytes_atomic, write_text_atomic
 from cogrpo.validate import load_params, with_overrides
 from flows.benchmark import HEADLINE
-from flows.stages import STAGES, Stage, StageRun, locate, stage_task, track
+from flows.stages import STAGES, Stage, StageRun, locate, stage_task, state_folder, track
 
 Mode = Literal["co", "model", "schedule"]
 
@@ -191,6 +191,36 @@ def stage(name: str, params_file: str = "params.yaml", root: str = "runs") -> di
     if name in ("baseline", "evaluate"):
         _results_artifact({name: run})
     return run.result
+
+
+@flow(name="generate", flow_run_name="generate-{stage}-{shard}")
+def generate(stage: Literal["baseline", "evaluate", "benchmark"], shard: int, shards: int | None = None,
+             params_file: str = "params.yaml", root: str = "runs") -> dict:
+    """One shard of a stage's image generation, into the stage's state folder (a worker per shard: from a Prefect
+    work pool, or `python -m pipelines.generate`); the stage itself then finds those batches done and scores.
+
+    Args:
+        stage: baseline, evaluate or benchmark.
+        shard: this worker's shard, 0 ≤ shard < shards: it takes every shards-th batch of prompts.
+        shards: how many workers share the generation. Empty: eval.shards of params_file.
+        params_file: the params file (the stage's inputs are the upstream stages' workspace folders).
+        root: the store and state folders.
+    """
+    from tasks.cells import generate_cells
+
+    params = load_params(params_file)
+    shards = shards or params.eval.shards
+    if not 0 <= shard < shards:
+        raise InputError(f"shard {shard}: must be in [0, {shards})")
+    spec = STAGES[stage]
+    inputs = {arg: Path(STAGES[src].out) for arg, src in spec.inputs.items()}
+    for path in inputs.values():
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: input of stage '{stage}' not found (run `dvc repro {stage}`)")
+    folder = state_folder(stage, params, inputs, root)
+    ran = generate_cells(params, inputs, spec.cells(params, inputs, folder), shard, shards, Reporter(), root=folder)
+    run_logger().info(f"{stage} shard {shard}/{shards}: {sum(ran.values())} batches generated into {folder}")
+    return {"state_folder": str(folder), "batches_generated": ran}
 
 
 def _benchmark_run_name() -> str:

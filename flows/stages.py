@@ -31,7 +31,8 @@ from flows.plots import figure, png
 from flows.train import train_stage
 from tasks.context import StageContext
 from tasks.data import train_tokenizer, write_prompt_sets
-from tasks.evaluate import evaluate_model, schedule_sweep
+from tasks.benchmark import benchmark_cells
+from tasks.evaluate import eval_cells, evaluate_model, schedule_sweep
 from tasks.headline import headline
 from tasks.pretrain import pretrain_model
 
@@ -124,6 +125,8 @@ class Stage:
     data: tuple[str, ...] = ()  # files of the repository it reads (hashed into its key, DVC deps), e.g. prompt files
     describe: tuple[str, ...] = ()  # more params sections logged with its MLflow run, for comparing runs
     metric_prefix: str = ""  # its result's metrics are logged as <prefix>.<name> (default: the stage's name)
+    cells: Callable[[Params, dict[str, Path], Path], list] | None = None  # (params, inputs, state folder) → the
+    # tasks.cells.Cell its images are generated in: shardable over workers (pipelines/generate.py); needs resume_varies
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -152,6 +155,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
           images={"metrics/plots/pretrain.png": _pretrain_png}),
     Stage("baseline", evaluate_model, ("world", "model", "schedule", "eval", THREADS), _EVAL | {"model": "pretrain"},
           out="outputs/baseline", artifacts={"grid.png": "samples"}, datasets=("eval_heldout", "eval_seen"),
+          resume_varies=(), cells=eval_cells,
           metrics={"metrics/baseline.json": lambda r, out: _json(r["heldout"]),
                    "metrics/baseline_seen.json": lambda r, out: _json(r["seen"])}),
     Stage("schedule_sweep", schedule_sweep, ("world", "model", "schedule", "eval", "sweep", THREADS),
@@ -169,12 +173,13 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
           images={"metrics/plots/learned_schedule.png": _schedule_png, "metrics/plots/train.png": _train_png}),
     Stage("evaluate", evaluate_model, ("world", "model", "schedule", "eval", THREADS), _EVAL | {"model": "train"},
           out="outputs/eval", artifacts={"grid.png": "samples"}, datasets=("eval_heldout", "eval_seen"),
+          resume_varies=(), cells=eval_cells,
           describe=("train",), metric_prefix="eval",
           metrics={"metrics/eval.json": lambda r, out: _json(r["heldout"]),
                    "metrics/eval_seen.json": lambda r, out: _json(r["seen"])}),
     Stage("benchmark", benchmark_stage, ("world", "model", "schedule", "eval", "benchmark", "reward_models", THREADS),
           _EVAL | {"base": "pretrain", "trained": "train"}, out="outputs/benchmark", describe=("train",),
-          data=("data/benchmarks",),
+          data=("data/benchmarks",), cells=benchmark_cells,
           # cells are generated per variant, step count and suite, so a run that adds some reuses the others
           resume_varies=("benchmark.suites", "benchmark.steps", "benchmark.variants", "benchmark.geneval",
                          "benchmark.dpg", "benchmark.hpsv2_versions", "reward_models"),

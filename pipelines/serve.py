@@ -40,7 +40,7 @@ def deployments(nightly_on: bool = False) -> list:
     from prefect.deployments.runner import EntrypointType
     from prefect.schedules import Cron
 
-    from flows.pipeline import benchmark, pipeline
+    from flows.pipeline import benchmark, generate, pipeline
 
     common = {"entrypoint_type": EntrypointType.MODULE_PATH, "tags": ["cogrpo"]}
     return [
@@ -51,6 +51,8 @@ def deployments(nightly_on: bool = False) -> list:
                                **common),
         benchmark.to_deployment(name="cogrpo", description="Benchmarks of a trained model: variants × step counts × suites.",
                                 **common),
+        generate.to_deployment(name="cogrpo", description="One shard of a stage's image generation: start one run "
+                               "per worker (shard 0 … shards-1), then the stage.", **common),
     ]
 
 

@@ -1,4 +1,4 @@
-"""Scoring a generated benchmark cell (tasks/benchmark.py's layout), one function per suite: each writes its
+"""Scoring a generated benchmark cell (tasks/cells.py's layout), one function per suite: each writes its
 per-image or per-prompt records next to the images and returns {metric: value}.
 
 embedded     the world's exact checker; results.jsonl holds GenEval's six tags' rows (GenEval's summary script on it
@@ -20,7 +20,7 @@ from cogrpo.benchmarks.aggregate import geneval_summary, hps_summary, imagerewar
 from cogrpo.config import Params
 from cogrpo.errors import InputError
 from cogrpo.io import write_text_atomic
-from tasks.benchmark import Suite, read_images
+from tasks.cells import Suite, read_images
 
 SERVER_BATCH = 32  # images per request to the reward server
 

@@ -1,4 +1,8 @@
-"""The evaluation stages' work: generate for the eval prompt sets under a schedule, check, write GenEval's layout."""
+"""The evaluation stages' work: generate for the eval prompt sets under a schedule, check, write GenEval's layout.
+
+The baseline and evaluate stages generate in cells (tasks/cells.py) under their state folder, one for the held-out
+and one for the seen prompts, so their generation resumes after a crash and spreads over workers
+(`python -m pipelines.generate evaluate --shard I --shards N`) with the same bytes as one process."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import torch
 from PIL import Image
 
 from cogrpo.backbones.loading import load_generator
-from cogrpo.benchmarks.geneval import evaluate, summarize
+from cogrpo.benchmarks.geneval import evaluate, score, summarize
 from cogrpo.benchmarks.specs import validate_embedded
 from cogrpo.config import Params, ScheduleConfig
 from cogrpo.core.schedule import base_knobs, resolve_schedule
@@ -19,6 +23,7 @@ from cogrpo.io import read_specs
 from cogrpo.world.checker import Checker
 from cogrpo.world.prompts import GENEVAL_TAGS
 from cogrpo.world.scenes import World
+from tasks.cells import Cell, Suite, link_images, read_images, wait_for_cells
 from tasks.context import StageContext
 
 
@@ -44,17 +49,11 @@ def run_eval(params: Params, model_dir: Path, tokenizer_dir: Path, prompts_file:
                     cfg.batch_prompts, on_batch=lambda done, total: report(label, done, total))
 
 
-def write_geneval_layout(out: Path, rows: list[dict], images: np.ndarray, title: str) -> None:
-    """<i>/samples/<j>.png, <i>/metadata.jsonl, results.jsonl (one row per image of GenEval's six tags: GenEval's
-    summary_scores.py counts every tag in the file as a task, so its overall equals ours), results_dpg.jsonl (the
-    DPG-style prompts' rows), grid.png (two prompts per tag, captioned, each sample framed green or red by the
-    checker's verdict)."""
-    for row, img in zip(rows, images):
-        path = out / row["filename"]
-        if not path.parent.exists():
-            path.parent.mkdir(parents=True)
-            (path.parent.parent / "metadata.jsonl").write_text(row["metadata"] + "\n")
-        Image.fromarray(img).save(path)
+def write_results(out: Path, rows: list[dict], images: np.ndarray, title: str) -> None:
+    """Beside the images in GenEval's layout (<i>/samples/<j>.png, <i>/metadata.jsonl): results.jsonl (one row per
+    image of GenEval's six tags: GenEval's summary_scores.py counts every tag in the file as a task, so its overall
+    equals ours), results_dpg.jsonl (the DPG-style prompts' rows), grid.png (two prompts per tag, captioned, each
+    sample framed green or red by the checker's verdict)."""
     for name, part in (("results.jsonl", [r for r in rows if r["tag"] in GENEVAL_TAGS]),
                        ("results_dpg.jsonl", [r for r in rows if r["tag"] not in GENEVAL_TAGS])):
         if part:
@@ -67,19 +66,36 @@ def write_geneval_layout(out: Path, rows: list[dict], images: np.ndarray, title:
     Image.fromarray(grid).save(out / "grid.png")
 
 
-def evaluate_model(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
-    """The model under its own schedule (the model folder's schedule.json, carried to schedule.steps) or, without
-    one, the base schedule: held-out prompts in GenEval's layout → out, seen prompts scored only."""
-    model, steps = inputs["model"], params.schedule.steps
-    own = model / "schedule.json"
+def embedded_suite(params: Params, path: Path, limit: int | None = None) -> Suite:
+    """An embedded prompt set (a parquet file of the prompts stage), every row validated against the world."""
+    loaded = validate_embedded(read_specs(path), params.world, path)[:limit]
+    return Suite("embedded", [p.prompt for p in loaded], [p.metadata for p in loaded], params.eval.samples_per_prompt)
+
+
+def eval_cells(params: Params, inputs: dict[str, Path], state_dir: Path) -> list[Cell]:
+    """The evaluation's cells: the held-out and the seen prompts, the model under its own schedule (the model
+    folder's schedule.json, carried to schedule.steps) or, without one, the base schedule."""
+    own = inputs["model"] / "schedule.json"
     knobs = resolve_schedule(params.schedule, own if own.is_file() else None)
-    rows, images = run_eval(params, model, inputs["tokenizer"], inputs["prompts"] / "eval_heldout.parquet", knobs,
-                            ctx.report, "held-out prompts")
-    title = (f"trained model, learned schedule, {steps} steps" if own.is_file()
+    return [Cell(state_dir / split, embedded_suite(params, inputs["prompts"] / f"eval_{split}.parquet"), knobs, "model")
+            for split in ("heldout", "seen")]
+
+
+def _checked(params: Params, cell: Cell) -> tuple[list[dict], np.ndarray]:
+    images, prompt_index = read_images(cell.suite, cell.folder, params.eval.batch_prompts)
+    return score(Checker(World(params.world)), images, cell.suite.metadata, prompt_index), images
+
+
+def evaluate_model(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
+    """The model under its own schedule: held-out prompts in GenEval's layout → out, seen prompts scored only."""
+    cells = eval_cells(params, inputs, ctx.state_dir)
+    wait_for_cells(params, inputs, cells, report=ctx.report, root=ctx.state_dir)
+    (rows, images), (seen, _) = (_checked(params, cell) for cell in cells)
+    link_images(cells[0].folder, out)
+    steps = params.schedule.steps
+    title = (f"trained model, learned schedule, {steps} steps" if (inputs["model"] / "schedule.json").is_file()
              else f"base model, base schedule, {steps} steps")
-    write_geneval_layout(out, rows, images, f"{title} (green: passes the checker, red: fails)")
-    seen, _ = run_eval(params, model, inputs["tokenizer"], inputs["prompts"] / "eval_seen.parquet", knobs, ctx.report,
-                       "seen prompts")
+    write_results(out, rows, images, f"{title} (green: passes the checker, red: fails)")
     result = {"heldout": summarize(rows) | {"steps": steps}, "seen": summarize(seen) | {"steps": steps}}
     (out / "summary.json").write_text(json.dumps(result, indent=1) + "\n")
     return result

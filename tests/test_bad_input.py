@@ -12,13 +12,6 @@ import yaml
 from tests.tiny import TINY, run_stage
 
 
-@pytest.fixture(scope="module")
-def built(tiny_project):
-    for name in ("prompts", "tokenizer", "pretrain", "baseline", "train"):
-        run_stage(name)
-    return tiny_project
-
-
 def _fails(stage: str, capsys) -> str:
     with pytest.raises(SystemExit) as err:
         run_stage(stage)
@@ -34,7 +27,7 @@ def _snapshot(folder: str) -> dict[str, bytes]:
 
 
 @pytest.fixture
-def restore(built):
+def restore(built_project):
     """Put back whatever a test breaks."""
     saved = {p: Path(p).read_bytes() for p in ("params.yaml",)}
     keep = Path("../kept")
@@ -100,15 +93,17 @@ def test_checkpoint_that_does_not_match_its_model_config(restore, capsys):
     config = Path("models/trained/config.json")
     cfg = json.loads(config.read_text())
     config.write_text(json.dumps(cfg | {"dim": cfg["dim"] * 2}))
+    before = _snapshot("outputs/eval")
     assert _fails("evaluate", capsys).startswith("error: models/trained/model.safetensors: tensor ")
-    assert not Path("outputs/eval").exists()
+    assert _snapshot("outputs/eval") == before
 
 
 def test_missing_input_is_named(restore, capsys):
     shutil.rmtree("models/tokenizer")
+    before = _snapshot("outputs/eval")
     line = _fails("evaluate", capsys)
     assert line == "error: models/tokenizer: input of stage 'evaluate' not found (run `dvc repro evaluate`)"
-    assert not Path("outputs/eval").exists()
+    assert _snapshot("outputs/eval") == before
 
 
 @pytest.mark.parametrize("change, message", [

@@ -17,7 +17,8 @@ from cogrpo.benchmarks.aggregate import geneval_summary, hps_summary, imagerewar
 from cogrpo.config import ModelConfig, Params, parse_params
 from cogrpo.core.schedule import base_knobs
 from cogrpo.errors import InputError
-from tasks.benchmark import Suite, cell_folder, generate_cell, load_suite
+from tasks.benchmark import cell_folder, load_suite
+from tasks.cells import Suite, generate_cell
 
 SAMPLE_CSV = Path(__file__).resolve().parents[1] / "data" / "benchmarks" / "dsg_tifa160_dev_anns.csv"
 
@@ -219,7 +220,7 @@ def test_the_state_folder_keeps_images_only_while_what_makes_them_is_unchanged(t
     base = parse_params({})
     folder = lambda params, inputs=inputs: state_folder("benchmark", params, inputs, str(tmp_path))  # noqa: E731
     same = {"benchmark.suites": ["embedded"], "benchmark.steps": [3], "benchmark.variants": ["trained-base"],
-            "benchmark.shards": 4}
+            "eval.shards": 4}
     changed = {"benchmark.max_prompts": 3, "benchmark.samples_per_prompt.geneval": 2, "eval.seed": 5,
                "eval.batch_prompts": 8, "schedule.cfg": 2.0, "model.dim": 64}
     from cogrpo.config import with_overrides

@@ -193,3 +193,17 @@ def test_every_flow_run_is_named_by_what_it_is(runs):
     found = asyncio.run(names())
     assert "co-grpo · co · seed 0 · 4 steps" in found and "pipeline · co · seed 1 · 4 steps" in found
     assert all(n.startswith(("pipeline · ", "co-grpo · ", "stage-", "benchmark")) for n in found), found
+
+
+def test_an_entry_point_without_a_named_api_runs_a_prefect_server_of_its_own(monkeypatch):
+    """What `dvc repro` gets (PREFECT_API_URL unset; the tests name theirs): a server up for the block, answering,
+    gone after it."""
+    import httpx
+
+    from adapters.prefect_api import temporary_api
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    with temporary_api() as url:
+        assert url and httpx.get(f"{url}/health", timeout=5).status_code == 200
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{url}/health", timeout=2)

@@ -253,13 +253,13 @@ def test_the_imagereward_and_hps_benchmarks_score_through_the_server_as_their_sc
     from PIL import Image
 
     from cogrpo.config import Params
-    from tasks.benchmark import Suite
+    from tasks.cells import Suite
     from tasks.benchmark_scores import score_hps, score_imagereward
 
     client, _ = server
     images, _ = batch
 
-    def cell_of(suite: Suite) -> Path:  # the images in the benchmark's layout (tasks/benchmark.py)
+    def cell_of(suite: Suite) -> Path:  # the images in the cells layout (tasks/cells.py)
         cell = tmp_path / suite.name
         for k, img in enumerate(images[: len(suite.prompts) * suite.samples]):
             folder = cell / "images" / f"{k // suite.samples:05d}" / "samples"

@@ -13,15 +13,8 @@ import yaml
 from tests.tiny import run_stage
 
 
-def test_stages_in_order(tiny_project):
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # a normal run prints no warnings
-        for name in ("prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep", "train", "evaluate", "benchmark",
-                     "headline"):
-            run_stage(name)
-
+def test_stages_in_order(built_project):
+    """What every stage wrote when `dvc repro`'s commands ran in order (conftest's tiny_built, warnings as errors)."""
     split = json.loads(Path("metrics/prompts.json").read_text())
     assert split["eval_heldout"]["per_tag"]["color_attr"] == 3 and split["heldout"]["color_shapes"]
     assert pl.read_parquet("data/prompts/train.parquet").height == split["train"]["prompts"]
@@ -101,7 +94,7 @@ def test_stages_in_order(tiny_project):
     assert [m.step for m in history] == [4, 8, 12]
 
 
-def test_the_flow_finds_what_dvc_stages_computed(tiny_project):
+def test_the_flow_finds_what_dvc_stages_computed(built_project):
     """One cache for both ways in: after the DVC stages (test above), the `pipeline` flow recomputes nothing —
     every stage is Cached in Prefect — and reports the same numbers."""
     from flows.pipeline import pipeline
@@ -115,7 +108,7 @@ def test_the_flow_finds_what_dvc_stages_computed(tiny_project):
 
 
 @pytest.mark.slow  # 50 s of torchrun on 2 cores: the 2-rank trainer test (tests/test_distributed.py) stays in the suite
-def test_two_training_processes_train_what_one_does_and_their_checkpoints_resume_either_way(tiny_project, tmp_path):
+def test_two_training_processes_train_what_one_does_and_their_checkpoints_resume_either_way(built_project, tmp_path):
     """torchrun with 2 gloo processes (train.processes: 2), each with half of every iteration's prompts, trains from
     scratch what the 1-process run trained, and its iteration-2 checkpoint resumed by 1 process ends there too
     (model and schedule within 1e-5). The checkpoint format knows no process count, so 1 → 2 is the same path."""
@@ -158,7 +151,7 @@ def test_two_training_processes_train_what_one_does_and_their_checkpoints_resume
 
 
 @pytest.mark.slow  # keeps `make test` within 10 minutes on 2 cores; `make bench` runs it
-def test_an_evaluation_is_the_same_bytes_in_two_processes(tiny_project, tmp_path):
+def test_an_evaluation_is_the_same_bytes_in_two_processes(built_project, tmp_path):
     """Same inputs → same bytes: the baseline evaluated afresh in two processes with different hash seeds writes
     identical outputs (so DVC's hash of outputs/baseline does not change from run to run)."""
     import subprocess
@@ -181,21 +174,50 @@ def test_an_evaluation_is_the_same_bytes_in_two_processes(tiny_project, tmp_path
     assert outputs[0] == outputs[1] and len(outputs[0]) > 3
 
 
-def test_bad_params_stop_before_writing(tiny_project, capsys):
-    shutil.rmtree("data", ignore_errors=True)
-    good = Path("params.yaml").read_text()
-    Path("params.yaml").write_text(good + "\nbogus: 1\n")
+def test_an_evaluation_generated_in_shards_is_the_bytes_of_one_process(built_project):
+    """Shard 1 of 2 (`python -m pipelines.generate baseline --shard 1 --shards 2`, the `generate` flow) makes its
+    batches into the stage's state folder; the stage then makes the rest and scores: outputs byte-identical to the
+    stage run alone."""
+    from pipelines.generate import main as generate
+    from tests.tiny import TINY
+
+    def fresh_baseline() -> None:
+        shutil.rmtree("runs/store/baseline", ignore_errors=True)
+        shutil.rmtree("runs/baseline", ignore_errors=True)  # its state folder: the cells
+
+    def outputs() -> dict[str, bytes]:
+        return {str(p.relative_to("outputs/baseline")): p.read_bytes()
+                for p in sorted(Path("outputs/baseline").rglob("*")) if p.is_file()}
+
+    Path("params.yaml").write_text(yaml.safe_dump(TINY | {"eval": TINY["eval"] | {"batch_prompts": 5}}))
     try:
-        with pytest.raises(SystemExit) as err:
-            run_stage("prompts")
-        assert err.value.code == 2
-        assert "params.yaml: key 'bogus': unknown key" in capsys.readouterr().err
-        assert not Path("data").exists()
+        fresh_baseline()
+        run_stage("baseline")
+        alone = outputs()
+        fresh_baseline()
+        shard = generate(["baseline", "--shard", "1", "--shards", "2"])
+        heldout = Path(shard["state_folder"]) / "heldout" / "done"
+        assert sorted(p.name for p in heldout.iterdir()) == ["00001", "00003"]  # 18 prompts, 4 batches: odd ones
+        assert shard["batches_generated"]["heldout"] == 2
+        run_stage("baseline")
+        assert outputs() == alone and len(alone) > 20
     finally:
-        Path("params.yaml").write_text(good)
+        Path("params.yaml").write_text(yaml.safe_dump(TINY))
 
 
-def test_a_copied_checkout_keeps_its_mlflow_artifacts_to_itself(tiny_project, tmp_path):
+def test_bad_params_stop_before_writing(prefect_api, tmp_path, monkeypatch, capsys):
+    from tests.tiny import TINY
+
+    monkeypatch.chdir(tmp_path)  # a fresh project: nothing there yet
+    Path("params.yaml").write_text(yaml.safe_dump(TINY) + "\nbogus: 1\n")
+    with pytest.raises(SystemExit) as err:
+        run_stage("prompts")
+    assert err.value.code == 2
+    assert "params.yaml: key 'bogus': unknown key" in capsys.readouterr().err
+    assert not Path("data").exists()
+
+
+def test_a_copied_checkout_keeps_its_mlflow_artifacts_to_itself(built_project, tmp_path):
     """MLflow stores artifact folders as absolute paths; the project's store follows the checkout it is in: runs in
     a copy write their artifacts into the copy, old runs' artifacts resolve there too, the original is untouched."""
     import mlflow
@@ -204,7 +226,7 @@ def test_a_copied_checkout_keeps_its_mlflow_artifacts_to_itself(tiny_project, tm
     from adapters import tracking
 
     copy = tmp_path / "copy"
-    shutil.copytree(tiny_project, copy, ignore=shutil.ignore_patterns("runs", "outputs", ".prefect"))
+    shutil.copytree(built_project, copy, ignore=shutil.ignore_patterns("runs", "outputs", ".prefect"))
     original = sorted(p for p in Path("mlartifacts").rglob("*"))
     try:
         tracking.setup(copy)
@@ -220,4 +242,4 @@ def test_a_copied_checkout_keeps_its_mlflow_artifacts_to_itself(tiny_project, tm
         assert (copy / "mlartifacts").is_dir() and list((copy / "mlartifacts").rglob("note.txt"))
         assert sorted(p for p in Path("mlartifacts").rglob("*")) == original
     finally:
-        tracking.setup(tiny_project)
+        tracking.setup(built_project)

@@ -12,6 +12,8 @@ TINY: dict = {
     "train": {"iterations": 3, "prompts_per_iter": 2, "group_size": 2, "checkpoint_every": 2, "sample_every": 2},
 }
 
+STAGE_ORDER = ("prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep", "train", "evaluate", "benchmark",
+               "headline")  # the order `dvc repro` runs them in
 
 
 def run_stage(name: str) -> dict:

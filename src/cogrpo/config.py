@@ -191,6 +191,10 @@ class EvalConfig(_Section):
     samples_per_prompt: int = Field(4, ge=1, description="Images generated per eval prompt (GenEval uses 4).")
     batch_prompts: int = Field(64, ge=1, description="Prompts per sampler batch.")
     seed: int = Field(1234, description="Sampling seed of the evaluation.")
+    shards: int = Field(1, ge=1, json_schema_extra=NOT_RESULT,
+                        description="Workers that share an evaluation stage's or the benchmark's generation, each "
+                        "taking every shards-th batch (python -m pipelines.generate STAGE --shard i); any split "
+                        "gives the same images.")
 
 
 class RewardTerm(_Section):
@@ -363,9 +367,6 @@ class BenchmarkConfig(_Section):
         "learned one (the trained model folder's schedule.json).")
     max_prompts: int | None = Field(None, ge=1, exclude_if=lambda v: v is None,
                                     description="At most this many prompts per suite (the first ones): quick runs.")
-    shards: int = Field(1, ge=1, json_schema_extra=NOT_RESULT,
-                        description="Generation split into this many shards of whole batches (python -m "
-                        "pipelines.benchmark --shard i); any split gives the same images.")
     samples_per_prompt: BenchmarkSamples = BenchmarkSamples()
     geneval: GenEvalScorer = GenEvalScorer()
     dpg: DPGScorer = DPGScorer()

@@ -1,0 +1,189 @@
+"""Generation in cells: how the evaluation stages and the benchmark make their images, resumable and shardable.
+
+A cell (one model, schedule and prompt set) is a folder: `images/` in GenEval's layout (`<i:05d>/metadata.jsonl`,
+`<i:05d>/samples/<j:04d>.png`), then `done/<b:05d>` for each batch of `eval.batch_prompts` prompts whose images
+are on disk (fsynced before the marker). Batches are fixed by the prompt list alone, and each trajectory's noise by
+its index in the whole set, so any shard of the batches (batch b belongs to shard b mod n), any crash and rerun,
+or any order gives the same images: a batch marked done is never generated again, one cut off mid-way is
+generated whole. A worker claims a batch with `done/<b:05d>.lock` (created exclusively, holding its pid), so
+shard workers (pipelines/generate.py, or the `generate` Prefect flow) and the stage itself can run at once; the
+lock of a dead worker is taken over.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from cogrpo.backbones.loading import load_generator
+from cogrpo.benchmarks.geneval import sample_batch
+from cogrpo.config import Params
+from cogrpo.core.generator import Generator
+from cogrpo.errors import InputError
+from cogrpo.io import fsync_dir, process_alive, write_bytes_atomic, write_text_atomic
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A prompt set, validated: `metadata[i]` is what its scorer needs of prompt i (a GenEval spec, a DPG item id,
+    an HPS style, an ImageReward id)."""
+
+    name: str
+    prompts: list[str]
+    metadata: list[dict]
+    samples: int
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell to generate: its folder, prompts, (T, 4) schedule, and the stage input holding its model."""
+
+    folder: Path
+    suite: Suite
+    knobs: torch.Tensor
+    model: str
+
+
+def batches(suite: Suite, batch_prompts: int) -> int:
+    return math.ceil(len(suite.prompts) / batch_prompts)
+
+
+def _png(image: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+STALE_CLAIM_S = 60.0  # a lock file still empty after this long was left by a worker killed while creating it
+
+
+def _claim(lock: Path) -> bool:
+    """Create the batch's lock file holding this pid; False while another live worker holds it (a dead one's lock
+    is taken over)."""
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                holder, age = lock.read_text().strip(), time.time() - lock.stat().st_mtime
+            except OSError:  # released meanwhile
+                continue
+            if (holder.isdigit() and process_alive(int(holder))) or (not holder and age < STALE_CLAIM_S):
+                return False
+            lock.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(str(os.getpid()))
+        return True
+    return False
+
+
+def generate_cell(gen: Generator, suite: Suite, knobs: torch.Tensor, seed: int, batch_prompts: int, cell: Path,
+                  shard: int = 0, shards: int = 1, on_batch: Callable[[int], None] | None = None) -> int:
+    """Generate the batches of shard `shard` of `shards` that are neither done nor claimed by a live worker;
+    returns how many it generated."""
+    ran, done = 0, cell / "done"
+    done.mkdir(parents=True, exist_ok=True)
+    for b in range(shard, batches(suite, batch_prompts), shards):
+        marker, lock = done / f"{b:05d}", done / f"{b:05d}.lock"
+        if marker.exists() or not _claim(lock):
+            continue
+        try:
+            if marker.exists():  # finished by a worker between our check and our claim
+                continue
+            start = b * batch_prompts
+            chunk = suite.prompts[start:start + batch_prompts]
+            with torch.no_grad():
+                traj = sample_batch(gen, chunk, start, knobs, suite.samples, seed)
+            folders = set()
+            for k, (p, img) in enumerate(zip(traj.prompt_index.tolist(), gen.decode(traj.tokens))):
+                folder = cell / "images" / f"{p:05d}"
+                if k % suite.samples == 0:
+                    write_text_atomic(folder / "metadata.jsonl", json.dumps(suite.metadata[p]) + "\n")
+                write_bytes_atomic(folder / "samples" / f"{k % suite.samples:04d}.png", _png(img))
+                folders |= {folder, folder / "samples"}
+            for folder in folders | {cell / "images"}:
+                fsync_dir(folder)
+            write_bytes_atomic(marker, b"")
+            fsync_dir(done)
+        finally:
+            lock.unlink(missing_ok=True)
+        ran += 1
+        if on_batch:
+            on_batch(b)
+    return ran
+
+
+def cell_done(suite: Suite, batch_prompts: int, cell: Path) -> bool:
+    return all((cell / "done" / f"{b:05d}").exists() for b in range(batches(suite, batch_prompts)))
+
+
+def read_images(suite: Suite, cell: Path, batch_prompts: int) -> tuple[np.ndarray, torch.Tensor]:
+    """All of a cell's images, prompt-major, and the prompt index of each."""
+    images = []
+    for p in range(len(suite.prompts)):
+        for j in range(suite.samples):
+            png = cell / "images" / f"{p:05d}" / "samples" / f"{j:04d}.png"
+            try:
+                images.append(np.asarray(Image.open(png).convert("RGB")))
+            except (OSError, ValueError) as err:
+                marker = cell / "done" / f"{p // batch_prompts:05d}"
+                raise InputError(f"{png}: unreadable ({type(err).__name__}); delete {marker} and rerun to generate "
+                                 "its batch again") from None
+    return np.stack(images), torch.arange(len(suite.prompts)).repeat_interleave(suite.samples)
+
+
+def link_images(cell: Path, dest: Path) -> None:
+    """dest (created, or merged into) holding the cell's images as hard links (plain copies across file systems)."""
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    shutil.copytree(cell / "images", dest, copy_function=link, dirs_exist_ok=True)
+
+
+def generate_cells(params: Params, inputs: dict[str, Path], cells: list[Cell], shard: int = 0, shards: int = 1,
+                   report: Callable[..., None] | None = None, root: Path | None = None) -> dict[str, int]:
+    """Every cell's batches of one shard; returns batches generated per cell (0 where all were done), named by
+    the cell's folder (relative to root)."""
+    ran: dict[str, int] = {}
+    gen, loaded = None, None  # a model is loaded only if some cell of it has work (cells come model by model)
+    batch_prompts = params.eval.batch_prompts
+    for cell in cells:
+        name = str(cell.folder.relative_to(root) if root else cell.folder)
+        if cell_done(cell.suite, batch_prompts, cell.folder):
+            ran[name] = 0
+            continue
+        if loaded != cell.model:
+            torch.set_num_threads(params.pretrain.threads)
+            gen, loaded = None, cell.model  # the previous model freed first
+            gen = load_generator(params.model, {"model": inputs[cell.model], "tokenizer": inputs["tokenizer"]})
+        total = batches(cell.suite, batch_prompts)
+        ran[name] = generate_cell(gen, cell.suite, cell.knobs, params.eval.seed, batch_prompts,
+                                  cell.folder, shard, shards,
+                                  on_batch=lambda b, label=name, total=total: report and report(label, b + 1, total))
+    return ran
+
+
+def wait_for_cells(params: Params, inputs: dict[str, Path], cells: list[Cell], poll_s: float = 2.0,
+                   report: Callable[..., None] | None = None, root: Path | None = None) -> None:
+    """Generate whatever is left (also batches whose worker died) until every cell is done: batches claimed by
+    live shard workers are theirs to finish."""
+    while True:
+        generate_cells(params, inputs, cells, report=report, root=root)
+        if all(cell_done(c.suite, params.eval.batch_prompts, c.folder) for c in cells):
+            return
+        time.sleep(poll_s)
