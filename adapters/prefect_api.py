@@ -11,20 +11,14 @@ kernel to end it when the run's process dies, however it dies.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+from adapters.children import die_with_parent
 
 
 def _free_port() -> int:
@@ -71,7 +65,7 @@ def temporary_api(timeout_s: float = 180) -> Iterator[str | None]:
     server = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
          "--port", str(port), "--log-level", "error", "--lifespan", "on"],
-        env=env, start_new_session=True, preexec_fn=_die_with_parent)
+        env=env, start_new_session=True, preexec_fn=die_with_parent)
     url = f"http://127.0.0.1:{port}/api"
     try:
         end = time.monotonic() + timeout_s

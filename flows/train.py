@@ -17,6 +17,7 @@ from PIL import Image
 from prefect import flow
 
 from adapters import reward_server, tracking
+from adapters.children import die_with_parent
 from adapters.progress import Reporter, run_logger
 from cogrpo.config import Params
 from cogrpo.core.distributed import SINGLE, Ranks
@@ -113,8 +114,10 @@ def train_processes(params: Params, inputs: dict[str, Path], out: Path, state_di
         root = Path(__file__).resolve().parents[1]  # the processes import this checkout, whatever the working folder
         path = [str(root), str(root / "src"), os.environ.get("PYTHONPATH")]
         env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, path))}
-        with open(log, "w") as fh:  # its own process group: stopped whole if this run stops (no orphaned ranks)
-            proc = subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        with open(log, "w") as fh:  # its own process group, stopped whole if this run stops, and torchrun (which
+            # then stops its ranks) ended by the kernel if this process is killed outright: no orphaned ranks
+            proc = subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                    preexec_fn=die_with_parent)
             try:
                 proc.wait()
             finally:

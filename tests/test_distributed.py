@@ -1,15 +1,19 @@
 """Data-parallel Co-GRPO on the CPU with gloo: 2 processes, each with half the prompts, end where 1 process with
-the whole batch ends (model and schedule within 1e-5), for each training mode."""
+the whole batch ends (model and schedule within 1e-5), for each training mode, on the embedded backbone and on a
+tiny aMUSEd (random weights, the real architecture) training LoRA adapters."""
 
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from cogrpo.backbones.amused import AmusedGenerator
 from cogrpo.backbones.embedded import EmbeddedGenerator
 from cogrpo.backbones.mdm import MDM, MDMConfig
-from cogrpo.config import ScheduleConfig, TrainConfig
+from cogrpo.backbones.tiny_amused import make_tiny_amused
+from cogrpo.config import ModelConfig, ScheduleConfig, TrainConfig
 from cogrpo.core.batch import GroupedBatch
 from cogrpo.core.distributed import Ranks
 from cogrpo.core.generator import Condition
@@ -24,22 +28,33 @@ def _state(trainer: CoGRPO) -> dict[str, torch.Tensor]:
             | {f"policy.{k}": v.detach().clone() for k, v in trainer.policies.state_dict().items()})
 
 
-CASES = [("co", None), ("model", 4), ("schedule", None)]  # mode, train.micro_batch
+CASES = [("embedded", "co", None), ("embedded", "model", 4), ("embedded", "schedule", None),
+         ("amused", "co", 4)]  # backbone, mode, train.micro_batch
 
 
-def train(rank: int, world: int, folder: str, mode: str, micro_batch: int | None):
-    """A few iterations of one rank on its share of the prompts. Returns the starting and the final state, and the
-    last update's metrics (the loss, KL and gradient norms among them: equal only if the gradients are)."""
+def _generator(backbone: str, folder: str):
+    """The generator and the prompts' conditions: the embedded MDM with random text states, or the tiny aMUSEd
+    (its CLIP text encoder, LoRA rank 4 on its transformer) with prompts."""
     torch.manual_seed(0)
+    if backbone == "amused":
+        tiny = Path(folder) / "tiny-amused"
+        gen = AmusedGenerator(tiny, ModelConfig(backbone="amused", pretrained=str(tiny), device="cpu", lora_rank=4))
+        return gen, gen.encode(["a red cube", "two cats", "a blue sky", "a dog left of a tree"][:PROMPTS])
     mdm = MDM(MDMConfig(grid=4, n_shapes=4, n_colors=6, text_encoder="tiny-random", text_dim=16, max_text_tokens=8,
                         dim=32, layers=1, heads=2)).eval()
+    text = torch.randn(PROMPTS, 5, 16, generator=torch.Generator().manual_seed(1))
+    return (EmbeddedGenerator(mdm, text=None, tokenizer=None),
+            Condition({"text": text, "text_mask": torch.ones(PROMPTS, 5, dtype=torch.bool)}))
+
+
+def train(rank: int, world: int, folder: str, backbone: str, mode: str, micro_batch: int | None):
+    """A few iterations of one rank on its share of the prompts. Returns the starting and the final state, and the
+    last update's metrics (the loss, KL and gradient norms among them: equal only if the gradients are)."""
+    gen, cond = _generator(backbone, folder)
     cfg = TrainConfig(mode=mode, group_size=GROUP, prompts_per_iter=PROMPTS, lr_model=1e-2, lr_schedule=1e-1,
                       micro_batch=micro_batch)
     ranks = Ranks(rank, world)
-    trainer = CoGRPO(EmbeddedGenerator(mdm, text=None, tokenizer=None), base_knobs(ScheduleConfig(steps=4)), cfg,
-                     ranks)
-    text = torch.randn(PROMPTS, 5, 16, generator=torch.Generator().manual_seed(1))
-    cond = Condition({"text": text, "text_mask": torch.ones(PROMPTS, 5, dtype=torch.bool)})
+    trainer = CoGRPO(gen, base_knobs(ScheduleConfig(steps=4)), cfg, ranks)
     mine, start = ranks.share(PROMPTS), _state(trainer)
     for _ in range(ITERATIONS):
         batch = GroupedBatch(torch.arange(PROMPTS)[mine], cond[mine], GROUP)
@@ -54,27 +69,29 @@ def rank_main(rank: int, world: int, folder: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=world,
                             timeout=timedelta(seconds=120))  # a deadlock fails the test, not the suite's hour
     torch.set_num_threads(1)
-    finals = {mode: train(rank, world, folder, mode, micro)[1:] for mode, micro in CASES}
+    finals = {case: train(rank, world, folder, *case)[1:] for case in CASES}
     if rank == 0:
         torch.save(finals, f"{folder}/world{world}.pt")
     dist.destroy_process_group()
 
 
 def test_two_ranks_train_what_one_process_trains(tmp_path):
+    make_tiny_amused(tmp_path / "tiny-amused")
     mp.spawn(rank_main, args=(2, str(tmp_path)), nprocs=2, join=True)
     two = torch.load(tmp_path / "world2.pt")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for mode, micro_batch in CASES:
-            start, one, metrics = train(0, 1, str(tmp_path), mode, micro_batch)
-            final, metrics_two = two[mode]
+        for case in CASES:
+            start, one, metrics = train(0, 1, str(tmp_path), *case)
+            final, metrics_two = two[case]
+            mode = case[1]
             assert one.keys() == final.keys() and metrics.keys() == metrics_two.keys()
             for key in one:
                 diff = (one[key] - final[key]).abs().max()
-                assert diff <= 1e-5, (mode, key, diff)
+                assert diff <= 1e-5, (case, key, diff)
             for key, value in metrics.items():
-                assert abs(value - metrics_two[key]) <= 1e-5 * max(1.0, abs(value)), (mode, key, value, metrics_two[key])
+                assert abs(value - metrics_two[key]) <= 1e-5 * max(1.0, abs(value)), (case, key, value, metrics_two[key])
             moved = {k.split(".")[0] for k in one if not torch.equal(one[k], start[k])}  # not a vacuous equality
             assert moved == {"co": {"model", "policy"}, "model": {"model"}, "schedule": {"policy"}}[mode]
     finally:

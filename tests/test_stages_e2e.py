@@ -107,49 +107,6 @@ def test_the_flow_finds_what_dvc_stages_computed(built_project):
     assert result["eval"]["heldout"] == json.loads(Path("metrics/eval.json").read_text())
 
 
-@pytest.mark.slow  # 50 s of torchrun on 2 cores: the 2-rank trainer test (tests/test_distributed.py) stays in the suite
-def test_two_training_processes_train_what_one_does_and_their_checkpoints_resume_either_way(built_project, tmp_path):
-    """torchrun with 2 gloo processes (train.processes: 2), each with half of every iteration's prompts, trains from
-    scratch what the 1-process run trained, and its iteration-2 checkpoint resumed by 1 process ends there too
-    (model and schedule within 1e-5). The checkpoint format knows no process count, so 1 → 2 is the same path."""
-    from safetensors.torch import load_file
-
-    def trained() -> dict:
-        model = load_file("models/trained/model.safetensors")
-        knobs = json.loads(Path("models/trained/schedule.json").read_text())["schedule"]
-        return model | {f"schedule.{t}.{k}": torch.tensor(v) for t, row in enumerate(knobs) for k, v in row.items()}
-
-    def run(processes: int, drop: list[str]) -> dict:
-        (state,) = Path("runs/train").iterdir()  # shared by both process counts (train.processes is not identity)
-        for name in drop:
-            shutil.rmtree(state / "checkpoints" / name)
-        shutil.rmtree("runs/store/train")  # the result is in the store: compute it again
-        Path("params.yaml").write_text(yaml.safe_dump(TINY | {"train": TINY["train"] | {"processes": processes}}))
-        run_stage("train")
-        return trained()
-
-    import torch
-
-    from tests.tiny import TINY
-
-    one, kept = trained(), tmp_path / "kept"
-    for folder in ("runs/store/train", "runs/train", "models/trained"):  # put back afterwards, byte for byte
-        shutil.copytree(folder, kept / folder)
-    try:
-        for processes, drop in ((2, ["000002", "000003"]), (1, ["000003"])):
-            again = run(processes, drop)
-            assert again.keys() == one.keys()
-            worst = max((again[k].float() - one[k].float()).abs().max().item() for k in one)
-            assert worst <= 1e-5, (processes, drop, worst)
-        (state,) = Path("runs/train").iterdir()
-        assert (state / "processes.log").is_file() and (state / "processes_result.json").is_file()
-    finally:
-        Path("params.yaml").write_text(yaml.safe_dump(TINY))
-        for folder in ("runs/store/train", "runs/train", "models/trained"):
-            shutil.rmtree(folder, ignore_errors=True)
-            shutil.copytree(kept / folder, folder)
-
-
 @pytest.mark.slow  # keeps `make test` within 10 minutes on 2 cores; `make bench` runs it
 def test_an_evaluation_is_the_same_bytes_in_two_processes(built_project, tmp_path):
     """Same inputs → same bytes: the baseline evaluated afresh in two processes with different hash seeds writes
