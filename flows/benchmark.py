@@ -21,7 +21,8 @@ from tasks.benchmark import benchmark_cells, cell_folder, load_suite
 from tasks.cells import link_images, wait_for_cells
 from tasks.context import StageContext
 
-SCORERS = {"embedded": scores.score_embedded, "geneval": scores.score_geneval, "dpg": scores.score_dpg}
+SCORERS = {"embedded": scores.score_embedded, "embedded_seen": scores.score_embedded, "geneval": scores.score_geneval,
+           "dpg": scores.score_dpg}
 SERVED_SUITES = {"imagereward": scores.score_imagereward, "hpsv2": scores.score_hps}
 
 

@@ -85,6 +85,18 @@ def loop(params: Params, inputs: dict[str, Path], out: Path, state_dir: Path, ru
     return session.export(out) if ranks.rank == 0 else {}
 
 
+def torchrun_command(params: Params, job: Path) -> list[str]:
+    """torchrun over train.processes processes: all on this machine (--standalone), or processes / nodes on each
+    of train.nodes machines meeting at train.rendezvous (the same command on every node)."""
+    import sys
+
+    cfg = params.train
+    where = (["--standalone"] if cfg.nodes == 1 else
+             [f"--nnodes={cfg.nodes}", "--rdzv_backend=c10d", f"--rdzv_endpoint={cfg.rendezvous}"])
+    return [sys.executable, "-m", "torch.distributed.run", *where, f"--nproc_per_node={cfg.processes // cfg.nodes}",
+            "-m", "pipelines.train_ranks", str(job)]
+
+
 def train_processes(params: Params, inputs: dict[str, Path], out: Path, state_dir: Path,
                     run_id: str | None = None) -> dict:
     """train.processes copies of pipelines/train_ranks.py under torchrun (one machine; see the README for several),
@@ -95,7 +107,6 @@ def train_processes(params: Params, inputs: dict[str, Path], out: Path, state_di
     import re
     import signal
     import subprocess
-    import sys
 
     from cogrpo.errors import InputError
 
@@ -108,9 +119,11 @@ def train_processes(params: Params, inputs: dict[str, Path], out: Path, state_di
                                    "inputs": {k: str(v.resolve()) for k, v in inputs.items()},
                                    "state_dir": str(state_dir.resolve()), "run_id": run_id, "url": url,
                                    "served": served, "result": str(result.resolve())}))
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc_per_node={params.train.processes}", "-m", "pipelines.train_ranks", str(job.resolve())]
+        command = torchrun_command(params, job.resolve())
         run_logger().info(f"training in {params.train.processes} processes: {' '.join(command)} (log: {log})")
+        if params.train.nodes > 1:
+            run_logger().warning(f"waiting for the other {params.train.nodes - 1} nodes: run there, in this checkout "
+                                 f"on the shared file system, `{' '.join(['torchrun'] + command[3:])}`")
         root = Path(__file__).resolve().parents[1]  # the processes import this checkout, whatever the working folder
         path = [str(root), str(root / "src"), os.environ.get("PYTHONPATH")]
         env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, path))}

@@ -28,8 +28,9 @@ def load_suite(name: str, params: Params, prompts_dir: Path) -> Suite:
     from cogrpo.benchmarks import specs
 
     cfg = params.benchmark
-    if name == "embedded":
-        return embedded_suite(params, prompts_dir / "eval_heldout.parquet", cfg.max_prompts)
+    if name.startswith("embedded"):
+        split = "seen" if name == "embedded_seen" else "heldout"
+        return embedded_suite(params, prompts_dir / f"eval_{split}.parquet", cfg.max_prompts, name)
     loader, *files = PUBLISHED[name]
     loaded = getattr(specs, loader)(*(BENCHMARK_FILES / f for f in files))[: cfg.max_prompts]
     if name == "dpg" and cfg.dpg.csv:  # the question graph read now: a wrong file fails before any generation

@@ -66,10 +66,10 @@ def write_results(out: Path, rows: list[dict], images: np.ndarray, title: str) -
     Image.fromarray(grid).save(out / "grid.png")
 
 
-def embedded_suite(params: Params, path: Path, limit: int | None = None) -> Suite:
+def embedded_suite(params: Params, path: Path, limit: int | None = None, name: str = "embedded") -> Suite:
     """An embedded prompt set (a parquet file of the prompts stage), every row validated against the world."""
     loaded = validate_embedded(read_specs(path), params.world, path)[:limit]
-    return Suite("embedded", [p.prompt for p in loaded], [p.metadata for p in loaded], params.eval.samples_per_prompt)
+    return Suite(name, [p.prompt for p in loaded], [p.metadata for p in loaded], params.eval.samples_per_prompt)
 
 
 def eval_cells(params: Params, inputs: dict[str, Path], state_dir: Path) -> list[Cell]:

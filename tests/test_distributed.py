@@ -96,3 +96,28 @@ def test_two_ranks_train_what_one_process_trains(tmp_path):
             assert moved == {"co": {"model", "policy"}, "model": {"model"}, "schedule": {"policy"}}[mode]
     finally:
         torch.set_num_threads(threads)
+
+
+def test_torchrun_command_on_one_machine_and_over_several():
+    import pytest
+
+    from cogrpo.config import parse_params
+    from cogrpo.errors import InputError
+    from flows.train import torchrun_command
+
+    one = torchrun_command(parse_params({"train": {"processes": 8}}), Path("job.json"))
+    assert one[3:] == ["--standalone", "--nproc_per_node=8", "-m", "pipelines.train_ranks", "job.json"]
+    two = torchrun_command(parse_params({"train": {"processes": 16, "nodes": 2, "rendezvous": "node0:29500"}}),
+                           Path("job.json"))
+    assert two[3:7] == ["--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=node0:29500", "--nproc_per_node=8"]
+    for train, message in (({"processes": 16, "nodes": 2}, "nodes > 1 needs rendezvous"),
+                           ({"processes": 3, "nodes": 2, "rendezvous": "h:1"}, "do not split evenly over nodes"),
+                           ({"processes": 2, "nodes": 2, "rendezvous": "no port"}, "train.rendezvous")):
+        with pytest.raises(InputError, match=message):
+            parse_params({"train": train})
+    from cogrpo.validate import cross_check
+
+    served = parse_params({"train": {"processes": 4, "nodes": 2, "rendezvous": "h:1",
+                                     "rewards": [{"name": "imagereward"}]}})
+    with pytest.raises(InputError, match="'reward_models.url': a training over 2 nodes needs a reward server"):
+        cross_check(served)  # the stage's own server is on 127.0.0.1

@@ -278,6 +278,13 @@ class TrainConfig(_Section):
         1, ge=1, description="Data-parallel processes of the training (torchrun, gloo on CPUs, NCCL on GPUs: one per "
         "GPU): each rolls out prompts_per_iter / processes prompts' groups, gradients are summed across them. The "
         "same model as one process up to float rounding; a checkpoint resumes under any number.")
+    nodes: int = Field(1, ge=1, json_schema_extra=NOT_RESULT,
+                       description="Machines the processes are spread over (processes / nodes each). Above 1 the "
+                       "stage's machine is one node; it logs the torchrun command the other nodes run (a shared "
+                       "file system for runs/, a reward_models.url all nodes reach).")
+    rendezvous: str | None = Field(None, json_schema_extra=NOT_RESULT, exclude_if=lambda v: v is None,
+                                   pattern=r"^[\w.\-]+:\d+$", description="HOST:PORT of torchrun's c10d rendezvous "
+                                   "when nodes > 1 (a port on the stage's machine the other nodes reach).")
     micro_batch: int | None = Field(
         None, ge=1, exclude_if=lambda v: v is None, description="Trajectories per forward and backward of a model "
         "update, their gradients accumulated: bounds the update's activation memory (aMUSEd on a GPU holds every "
@@ -300,6 +307,14 @@ class TrainConfig(_Section):
             raise ValueError("every reward weight is 0: the training reward would be 0")
         return self
 
+    @model_validator(mode="after")
+    def _nodes(self) -> "TrainConfig":
+        if self.processes % self.nodes:
+            raise ValueError(f"processes {self.processes} do not split evenly over nodes {self.nodes}")
+        if self.nodes > 1 and not self.rendezvous:
+            raise ValueError("nodes > 1 needs rendezvous: HOST:PORT of the stage's machine")
+        return self
+
 
 class SweepSchedule(_Section):
     name: str = Field(description="Label of this hand-set schedule in the sweep report.")
@@ -315,7 +330,7 @@ class SweepSchedule(_Section):
         return base.model_copy(update=self.model_dump(exclude={"name"}, exclude_none=True))
 
 
-Suite = Literal["embedded", "geneval", "dpg", "imagereward", "hpsv2"]
+Suite = Literal["embedded", "embedded_seen", "geneval", "dpg", "imagereward", "hpsv2"]
 Variant = Literal["base-base", "trained-base", "trained-learned"]
 
 
@@ -357,7 +372,8 @@ class BenchmarkConfig(_Section):
 
     suites: list[Suite] = Field(
         default_factory=lambda: ["embedded"], min_length=1, description="Suites to run: 'embedded' (the held-out "
-        "embedded prompts, GenEval-style and DPG-style, exact checker), 'geneval', 'dpg', 'imagereward', 'hpsv2' "
+        "embedded prompts, GenEval-style and DPG-style, exact checker), 'embedded_seen' (the same on the eval prompts "
+        "built from training combinations: the generalization gap per step count), 'geneval', 'dpg', 'imagereward', 'hpsv2' "
         "(the published prompt files of data/benchmarks/, for a backbone that reads any text).")
     steps: list[int] = Field(default_factory=lambda: [2, 4, 8, 16], min_length=1,
                              description="Inference step counts; a learned schedule is carried to each.")
@@ -406,7 +422,7 @@ class Params(_Section):
             (f"benchmark.steps.{i}", t) for i, t in enumerate(self.benchmark.steps)]:
             if steps > cells:
                 raise ValueError(f"{where} = {steps} exceeds the {cells} tokens of a {self.world.grid}x{self.world.grid} grid")
-        published = [s for s in self.benchmark.suites if s != "embedded"]
+        published = [s for s in self.benchmark.suites if not s.startswith("embedded")]
         if published and self.model.backbone == "embedded":
             raise ValueError(f"benchmark.suites {published}: the published benchmarks' prompts need a backbone that "
                              "reads any text (model.backbone: amused); the embedded model knows its world's words")

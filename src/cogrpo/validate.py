@@ -11,7 +11,7 @@ from cogrpo.config import Params, ParamsError
 
 
 def cross_check(params: Params, source: str = "params") -> Params:
-    from cogrpo.rewards import REGISTRY, Term
+    from cogrpo.rewards import REGISTRY, SERVED, Term
     from cogrpo.world.prompts import max_train_prompts
     from cogrpo.world.scenes import World
 
@@ -20,6 +20,10 @@ def cross_check(params: Params, source: str = "params") -> Params:
             raise ParamsError(f"{source}: key 'train.rewards.{i}.name': unknown reward '{term.name}' "
                               f"(known: {', '.join(sorted(REGISTRY))})")
 
+    if params.train.nodes > 1 and not params.reward_models.url and any(
+            t.name in SERVED for t in params.train.rewards):
+        raise ParamsError(f"{source}: key 'reward_models.url': a training over {params.train.nodes} nodes needs a "
+                          "reward server every node reaches (the stage's own listens on 127.0.0.1)")
     _served_rewards_can_start(params, [Term.of(t) for t in params.train.rewards], source)
     _benchmark_scorers_can_run(params, source)
     most = max_train_prompts(World(params.world), params.prompts)

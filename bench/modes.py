@@ -1,0 +1,195 @@
+"""P4 and P5 (issue 14): co vs model vs schedule, each tuned over the same grid, then trained with several seeds
+at its best setting, all at the default rollout budget; held-out and seen GenEval-style accuracy at 2/4/8/16 steps.
+
+1. Tune: every mode trains once per grid point (seed --tune-seed, not among the reported seeds); its best point
+   is the one with the highest *seen* accuracy at the trained step count (held-out prompts never pick a setting).
+2. Seeds: every mode at its best point, --seeds.
+3. Report: per mode, split and step count, the mean over seeds and its 95% t-interval; P4 = (co − base) ÷
+   (model − base) held-out at the trained step count, with a 95% bootstrap interval over seeds (goal ≥ 1.3);
+   P5 = co at 4 steps − base at 8 steps, held-out.
+
+Each run is the `pipeline` Prefect flow (its MLflow parent run and nested stage runs) with the run's overrides,
+the benchmark stage evaluating the trained model under its learned schedule at every step count on the held-out
+(`embedded`) and seen (`embedded_seen`) prompts; the base model under the base schedule comes from the first
+run. Every stage goes through the store, so an interrupted ablation, rerun, recomputes nothing it finished.
+
+    python bench/modes.py [--seeds 0 1 2 3 4] [--tune-seed 100] [--modes co model schedule]
+                          [--grid '{"lr_scale": [1, 3], "train.step_fraction": [0.5, 1.0]}'] [--out reports/modes]
+lr_scale multiplies both learning rates of params.yaml (each mode uses the one it trains). Writes <out>.json and
+<out>.md, after every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # flows/, tasks/ beside src/
+
+STEPS = [2, 4, 8, 16]
+SPLITS = {"heldout": "embedded", "seen": "embedded_seen"}
+
+
+def grid_points(grid: dict[str, list], lr_model: float, lr_schedule: float) -> dict[str, dict]:
+    """Every combination of the grid's values, as params overrides, named by its values."""
+    points = {}
+    for values in itertools.product(*grid.values()):
+        chosen = dict(zip(grid, values))
+        over = {k: v for k, v in chosen.items() if k != "lr_scale"}
+        if "lr_scale" in chosen:
+            over |= {"train.lr_model": lr_model * chosen["lr_scale"], "train.lr_schedule": lr_schedule * chosen["lr_scale"]}
+        points[",".join(f"{k.split('.')[-1]}={v}" for k, v in chosen.items())] = over
+    return points
+
+
+def scores(table_csv: Path, variant: str) -> dict[str, dict[int, float]]:
+    """split → steps → GenEval-style overall, of one variant of a benchmark table."""
+    import polars as pl
+
+    t = pl.read_csv(table_csv).filter((pl.col("metric") == "geneval.overall") & (pl.col("variant") == variant))
+    return {split: {str(r["steps"]): r["value"] for r in t.filter(pl.col("suite") == suite).iter_rows(named=True)}
+            for split, suite in SPLITS.items()}
+
+
+def interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean and its 95% t-interval (the interval is the mean alone for one value)."""
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return float(x.mean()), float(x.mean()), float(x.mean())
+    half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+    return float(x.mean()), float(x.mean() - half), float(x.mean() + half)
+
+
+def p4(co: list[float], model: list[float], base: float, draws: int = 10_000) -> dict:
+    """(mean co − base) ÷ (mean model − base), and a 95% bootstrap interval resampling each mode's seeds."""
+    rng = np.random.default_rng(0)
+    co, model = np.asarray(co), np.asarray(model)
+    point = (co.mean() - base) / (model.mean() - base)
+    boot = [(rng.choice(co, len(co)).mean() - base) / (rng.choice(model, len(model)).mean() - base)
+            for _ in range(draws)]
+    low, high = np.percentile(boot, [2.5, 97.5])
+    return {"P4": float(point), "low": float(low), "high": float(high)}
+
+
+def run(mode: str, seed: int, overrides: dict, variants: list[str]) -> dict:
+    """One pipeline flow run; its result and the benchmark table's scores."""
+    from flows.pipeline import pipeline
+
+    start = time.monotonic()
+    result = pipeline(mode=mode, seed=seed, overrides=overrides | {"benchmark.variants": variants})
+    if not isinstance(result, dict):
+        raise SystemExit(f"the pipeline failed for {mode} seed {seed} {overrides}: {result}")
+    table = Path(result["stages"]["benchmark"]["out"]) / "table.csv"
+    cached = all(s["cached"] for s in result["stages"].values())
+    return {"mode": mode, "seed": seed, "overrides": overrides, "mlflow_run_id": result["mlflow_run_id"],
+            "minutes": None if cached else (time.monotonic() - start) / 60,
+            "trained": scores(table, "trained-learned"), "base": scores(table, "base-base") if "base-base" in variants
+            else None}
+
+
+def summarize(report: dict, train_steps: int) -> dict:
+    modes = sorted({r["mode"] for r in report["seeds"]})
+    base = report["base"]
+    summary: dict = {"base": base, "modes": {}}
+    for mode in modes:
+        runs = [r for r in report["seeds"] if r["mode"] == mode]
+        summary["modes"][mode] = {split: {str(t): interval([r["trained"][split][str(t)] for r in runs]) for t in STEPS}
+                                  for split in SPLITS} | {"seeds": [r["seed"] for r in runs]}
+    held = {m: [r["trained"]["heldout"][str(train_steps)] for r in report["seeds"] if r["mode"] == m] for m in modes}
+    if {"co", "model"} <= set(held) and len(held["co"]) > 1 and len(held["model"]) > 1:
+        summary["P4"] = p4(held["co"], held["model"], base["heldout"][str(train_steps)])
+    if "co" in held:
+        co4 = [r["trained"]["heldout"]["4"] for r in report["seeds"] if r["mode"] == "co"]
+        summary["P5"] = {"co_at_4": interval(co4), "base_at_8": base["heldout"]["8"]}
+    return summary
+
+
+def markdown(report: dict, summary: dict, train_steps: int) -> str:
+    lines = [f"# Modes at equal budget: tuned alike, then seeded (trained at {train_steps} steps)", "",
+             "Mean over seeds [95% t-interval], GenEval-style overall; base = base model, base schedule.", ""]
+    for split in SPLITS:
+        lines += [f"## {split}", "", "| mode | " + " | ".join(f"{t} steps" for t in STEPS) + " | seeds |",
+                  "|---" * (len(STEPS) + 2) + "|",
+                  "| base | " + " | ".join(f"{summary['base'][split][str(t)]:.3f}" for t in STEPS) + " | — |"]
+        for mode, s in summary["modes"].items():
+            cells = [f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, lo, hi in (s[split][str(t)] for t in STEPS)]
+            lines.append(f"| {mode} | " + " | ".join(cells) + f" | {len(s['seeds'])} |")
+        lines.append("")
+    lines += ["## Tuning (one seed each; chosen by seen accuracy at the trained step count)", "",
+              "| mode | point | seen | held-out |", "|---|---|---|---|"]
+    for r in report["tuning"]:
+        mark = " (chosen)" if report["best"].get(r["mode"]) == r["point"] else ""
+        lines.append(f"| {r['mode']} | {r['point']}{mark} | {r['trained']['seen'][str(train_steps)]:.3f} | "
+                     f"{r['trained']['heldout'][str(train_steps)]:.3f} |")
+    if "P4" in summary:
+        p = summary["P4"]
+        lines += ["", f"**P4** = (co − base) ÷ (model − base), held-out at {train_steps} steps: {p['P4']:.2f} "
+                  f"[{p['low']:.2f}, {p['high']:.2f}] (95% bootstrap over seeds; goal ≥ 1.3)."]
+    if "P5" in summary:
+        m, lo, hi = summary["P5"]["co_at_4"]
+        lines += ["", f"**P5**: co at 4 steps {m:.3f} [{lo:.3f}, {hi:.3f}] vs base at 8 steps "
+                  f"{summary['P5']['base_at_8']:.3f} (goal: co at 4 ≥ base at 8)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--tune-seed", type=int, default=100)
+    ap.add_argument("--modes", nargs="+", default=["co", "model", "schedule"])
+    ap.add_argument("--grid", default='{"lr_scale": [1, 3], "train.step_fraction": [0.5, 1.0]}')
+    ap.add_argument("--out", default="reports/modes")
+    args = ap.parse_args(argv)
+
+    from adapters.env import apply_defaults
+
+    apply_defaults()
+    from adapters.prefect_api import temporary_api
+    from cogrpo.io import write_json, write_text_atomic
+    from cogrpo.validate import load_params
+
+    params = load_params()
+    train_steps = params.schedule.steps
+    bench = {"benchmark.suites": list(SPLITS.values()), "benchmark.steps": STEPS}
+    points = grid_points(json.loads(args.grid), params.train.lr_model, params.train.lr_schedule)
+    report: dict = {"train_steps": train_steps, "grid": json.loads(args.grid), "tune_seed": args.tune_seed,
+                    "tuning": [], "best": {}, "seeds": [], "base": None}
+
+    def save() -> None:
+        write_json(f"{args.out}.json", report)
+        if report["seeds"] and report["base"]:
+            summary = report["summary"] = summarize(report, train_steps)
+            write_json(f"{args.out}.json", report)
+            write_text_atomic(f"{args.out}.md", markdown(report, summary, train_steps))
+
+    with temporary_api():
+        for mode in args.modes:
+            for name, over in points.items():
+                variants = ["base-base", "trained-learned"] if report["base"] is None else ["trained-learned"]
+                r = run(mode, args.tune_seed, bench | over, variants) | {"point": name}
+                report["base"] = report["base"] or r.pop("base")
+                r.pop("base", None)
+                report["tuning"].append(r)
+                save()
+            mine = [r for r in report["tuning"] if r["mode"] == mode]
+            report["best"][mode] = max(mine, key=lambda r: r["trained"]["seen"][str(train_steps)])["point"]
+        for seed in args.seeds:  # seed-major: an interrupted run still holds every mode
+            for mode in args.modes:
+                r = run(mode, seed, bench | points[report["best"][mode]], ["trained-learned"])
+                r.pop("base")
+                report["seeds"].append(r)
+                save()
+    print(Path(f"{args.out}.md").read_text())
+    return report
+
+
+if __name__ == "__main__":
+    main()
