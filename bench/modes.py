@@ -15,8 +15,9 @@ run. Every stage goes through the store, so an interrupted ablation, rerun, reco
 
     python bench/modes.py [--seeds 0 1 2 3 4] [--tune-seed 100] [--modes co model schedule]
                           [--grid '{"lr_scale": [1, 3], "train.step_fraction": [0.5, 1.0]}'] [--out reports/modes]
-lr_scale multiplies both learning rates of params.yaml (each mode uses the one it trains). Writes <out>.json and
-<out>.md, after every run.
+lr_scale multiplies both learning rates of params.yaml (each mode uses the one it trains). A mode written
+`co:prompt` is co with the prompt-conditioned schedule policy (train.schedule_policy: prompt), tuned and seeded
+like the others. Writes <out>.json and <out>.md, after every run.
 """
 
 from __future__ import annotations
@@ -79,12 +80,23 @@ def p4(co: list[float], model: list[float], base: float, draws: int = 10_000) ->
     return {"P4": float(point), "low": float(low), "high": float(high)}
 
 
+def difference(a: list[float], b: list[float], draws: int = 10_000) -> dict:
+    """mean(a) − mean(b) and a 95% bootstrap interval resampling each side's seeds."""
+    rng = np.random.default_rng(0)
+    a, b = np.asarray(a), np.asarray(b)
+    boot = [rng.choice(a, len(a)).mean() - rng.choice(b, len(b)).mean() for _ in range(draws)]
+    low, high = np.percentile(boot, [2.5, 97.5])
+    return {"difference": float(a.mean() - b.mean()), "low": float(low), "high": float(high)}
+
+
 def run(mode: str, seed: int, overrides: dict, variants: list[str]) -> dict:
     """One pipeline flow run; its result and the benchmark table's scores."""
     from flows.pipeline import pipeline
 
     start = time.monotonic()
-    result = pipeline(mode=mode, seed=seed, overrides=overrides | {"benchmark.variants": variants})
+    trained, _, policy = mode.partition(":")
+    policy_over = {"train.schedule_policy": policy} if policy else {}
+    result = pipeline(mode=trained, seed=seed, overrides=overrides | policy_over | {"benchmark.variants": variants})
     if not isinstance(result, dict):
         raise SystemExit(f"the pipeline failed for {mode} seed {seed} {overrides}: {result}")
     table = Path(result["stages"]["benchmark"]["out"]) / "table.csv"
@@ -106,6 +118,8 @@ def summarize(report: dict, train_steps: int) -> dict:
     held = {m: [r["trained"]["heldout"][str(train_steps)] for r in report["seeds"] if r["mode"] == m] for m in modes}
     if {"co", "model"} <= set(held) and len(held["co"]) > 1 and len(held["model"]) > 1:
         summary["P4"] = p4(held["co"], held["model"], base["heldout"][str(train_steps)])
+    if "co:prompt" in held and "co" in held:
+        summary["prompt_vs_per_step"] = difference(held["co:prompt"], held["co"])
     if "co" in held:
         co4 = [r["trained"]["heldout"]["4"] for r in report["seeds"] if r["mode"] == "co"]
         summary["P5"] = {"co_at_4": interval(co4), "base_at_8": base["heldout"]["8"]}
@@ -133,6 +147,10 @@ def markdown(report: dict, summary: dict, train_steps: int) -> str:
         p = summary["P4"]
         lines += ["", f"**P4** = (co − base) ÷ (model − base), held-out at {train_steps} steps: {p['P4']:.2f} "
                   f"[{p['low']:.2f}, {p['high']:.2f}] (95% bootstrap over seeds; goal ≥ 1.3)."]
+    if "prompt_vs_per_step" in summary:
+        d = summary["prompt_vs_per_step"]
+        lines += ["", f"**Prompt-conditioned vs per-step schedule policy** (co, held-out at {train_steps} steps): "
+                  f"{d['difference']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] (95% bootstrap over seeds)."]
     if "P5" in summary:
         m, lo, hi = summary["P5"]["co_at_4"]
         lines += ["", f"**P5**: co at 4 steps {m:.3f} [{lo:.3f}, {hi:.3f}] vs base at 8 steps "

@@ -41,7 +41,8 @@ def direct(params, root: Path) -> None:
         out.mkdir(parents=True)
         inputs = {arg: outs[src] for arg, src in stage.inputs.items()}
         if stage.name != "train":
-            stage.work(params, inputs, out, StageContext())
+            state = root / "state" / stage.name if stage.resume_varies is not None else None
+            stage.work(params, inputs, out, StageContext(state_dir=state))
             continue
         session = TrainingSession(params, inputs, root / "state", print)
         for it in range(session.iteration + 1, params.train.iterations + 1):

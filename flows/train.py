@@ -121,12 +121,13 @@ def train_processes(params: Params, inputs: dict[str, Path], out: Path, state_di
                                    "served": served, "result": str(result.resolve())}))
         command = torchrun_command(params, job.resolve())
         run_logger().info(f"training in {params.train.processes} processes: {' '.join(command)} (log: {log})")
-        if params.train.nodes > 1:
-            run_logger().warning(f"waiting for the other {params.train.nodes - 1} nodes: run there, in this checkout "
-                                 f"on the shared file system, `{' '.join(['torchrun'] + command[3:])}`")
         root = Path(__file__).resolve().parents[1]  # the processes import this checkout, whatever the working folder
         path = [str(root), str(root / "src"), os.environ.get("PYTHONPATH")]
         env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, path))}
+        if params.train.nodes > 1:  # any node may hold rank 0, which logs, checkpoints and exports: hence shared
+            run_logger().warning(f"waiting for the other {params.train.nodes - 1} nodes: run there, from "
+                                 f"{Path.cwd()} on the shared file system, `PYTHONPATH={env['PYTHONPATH']} "
+                                 f"{' '.join(['torchrun'] + command[3:])}`")
         with open(log, "w") as fh:  # its own process group, stopped whole if this run stops, and torchrun (which
             # then stops its ranks) ended by the kernel if this process is killed outright: no orphaned ranks
             proc = subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True,

@@ -60,7 +60,14 @@ def benchmark_cells(params: Params, inputs: dict[str, Path], state_dir: Path) ->
     cfg = params.benchmark
     suites = [load_suite(s, params, inputs["prompts"]) for s in cfg.suites]
     models = sorted({v.split("-")[0] for v in cfg.variants})
-    return [Cell(cell_folder(state_dir / "cells", variant, steps, suite.name), suite,
-                 variant_knobs(params, variant, steps, inputs["trained"]), model)
-            for model in models for variant in cfg.variants if variant.startswith(model + "-")
-            for steps in cfg.steps for suite in suites]
+    policy = inputs["trained"] / "schedule_policy.safetensors"
+    cells = []
+    for model in models:
+        for variant in [v for v in cfg.variants if v.startswith(model + "-")]:
+            prompted = variant == "trained-learned" and policy.is_file()  # each prompt its own schedule
+            for steps in cfg.steps:
+                knobs = (resolve_schedule(params.schedule, None, steps) if prompted
+                         else variant_knobs(params, variant, steps, inputs["trained"]))
+                cells += [Cell(cell_folder(state_dir / "cells", variant, steps, suite.name), suite, knobs, model,
+                               policy if prompted else None) for suite in suites]
+    return cells

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import shutil
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from cogrpo.backbones.loading import load_generator
 from cogrpo.benchmarks.geneval import sample_batch
 from cogrpo.config import Params
 from cogrpo.core.generator import Generator
+from cogrpo.core.policy import SchedulePolicy, load_prompt_policy, prompt_knobs
 from cogrpo.errors import InputError
 from cogrpo.io import fsync_dir, process_alive, write_bytes_atomic, write_text_atomic
 
@@ -47,12 +49,15 @@ class Suite:
 
 @dataclass(frozen=True)
 class Cell:
-    """One cell to generate: its folder, prompts, (T, 4) schedule, and the stage input holding its model."""
+    """One cell to generate: its folder, prompts, (T, 4) schedule, and the stage input holding its model. With a
+    prompt-conditioned policy (a trained model's schedule_policy.safetensors), each prompt's schedule is the
+    policy's for that prompt, carried to the step count of `knobs` (then the base schedule at that count)."""
 
     folder: Path
     suite: Suite
     knobs: torch.Tensor
     model: str
+    policy: Path | None = None
 
 
 def batches(suite: Suite, batch_prompts: int) -> int:
@@ -66,33 +71,53 @@ def _png(image: np.ndarray) -> bytes:
 
 
 STALE_CLAIM_S = 60.0  # a lock file still empty after this long was left by a worker killed while creating it
+REMOTE_CLAIM_S = 3600.0  # another machine's claim is trusted this long (its pid means nothing here)
+HOST = socket.gethostname()
+
+
+def _held(lock: Path) -> bool:
+    """Whether the batch's lock belongs to a worker that may still be at it: a live process of this machine, a
+    claim of another machine younger than REMOTE_CLAIM_S, or a lock still being written. A vanished lock is not."""
+    try:
+        holder, age = lock.read_text().split(), time.time() - lock.stat().st_mtime
+    except OSError:
+        return False
+    if len(holder) != 2 or not holder[1].isdigit():
+        return age < STALE_CLAIM_S
+    host, pid = holder[0], int(holder[1])
+    return process_alive(pid) if host == HOST else age < REMOTE_CLAIM_S
 
 
 def _claim(lock: Path) -> bool:
-    """Create the batch's lock file holding this pid; False while another live worker holds it (a dead one's lock
-    is taken over)."""
+    """Create the batch's lock file (this machine and pid); False while another worker holds it (a dead one's lock
+    is taken over). Two workers taking over the same dead lock at once can both generate the batch: harmless, as
+    the batch's bytes are fixed and every file is written whole under a name of its own, then renamed."""
     for _ in range(2):
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
-            try:
-                holder, age = lock.read_text().strip(), time.time() - lock.stat().st_mtime
-            except OSError:  # released meanwhile
-                continue
-            if (holder.isdigit() and process_alive(int(holder))) or (not holder and age < STALE_CLAIM_S):
+            if _held(lock):
                 return False
             lock.unlink(missing_ok=True)
             continue
         with os.fdopen(fd, "w") as fh:
-            fh.write(str(os.getpid()))
+            fh.write(f"{HOST} {os.getpid()}")
         return True
     return False
 
 
+def _pending(suite: Suite, batch_prompts: int, cell: Path, shard: int, shards: int) -> bool:
+    """Whether shard `shard` of the cell has a batch neither done nor held by a worker (one to generate now)."""
+    done = cell / "done"
+    return any(not (done / f"{b:05d}").exists() and not _held(done / f"{b:05d}.lock")
+               for b in range(shard, batches(suite, batch_prompts), shards))
+
+
 def generate_cell(gen: Generator, suite: Suite, knobs: torch.Tensor, seed: int, batch_prompts: int, cell: Path,
-                  shard: int = 0, shards: int = 1, on_batch: Callable[[int], None] | None = None) -> int:
+                  shard: int = 0, shards: int = 1, on_batch: Callable[[int], None] | None = None,
+                  policy: SchedulePolicy | None = None) -> int:
     """Generate the batches of shard `shard` of `shards` that are neither done nor claimed by a live worker;
-    returns how many it generated."""
+    returns how many it generated. With a policy, knobs is the base schedule its per-prompt schedules go to."""
     ran, done = 0, cell / "done"
     done.mkdir(parents=True, exist_ok=True)
     for b in range(shard, batches(suite, batch_prompts), shards):
@@ -105,7 +130,9 @@ def generate_cell(gen: Generator, suite: Suite, knobs: torch.Tensor, seed: int, 
             start = b * batch_prompts
             chunk = suite.prompts[start:start + batch_prompts]
             with torch.no_grad():
-                traj = sample_batch(gen, chunk, start, knobs, suite.samples, seed)
+                k = knobs if policy is None else prompt_knobs(
+                    policy, gen.prompt_features(gen.encode(chunk)), knobs).repeat_interleave(suite.samples, 0)
+                traj = sample_batch(gen, chunk, start, k, suite.samples, seed)
             folders = set()
             for k, (p, img) in enumerate(zip(traj.prompt_index.tolist(), gen.decode(traj.tokens))):
                 folder = cell / "images" / f"{p:05d}"
@@ -152,38 +179,44 @@ def link_images(cell: Path, dest: Path) -> None:
         except OSError:
             shutil.copy2(a, b)
 
-    shutil.copytree(cell / "images", dest, copy_function=link, dirs_exist_ok=True)
+    shutil.copytree(cell / "images", dest, copy_function=link, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns(".*"))  # a crashed writer's temporary files stay behind
 
 
 def generate_cells(params: Params, inputs: dict[str, Path], cells: list[Cell], shard: int = 0, shards: int = 1,
-                   report: Callable[..., None] | None = None, root: Path | None = None) -> dict[str, int]:
-    """Every cell's batches of one shard; returns batches generated per cell (0 where all were done), named by
-    the cell's folder (relative to root)."""
+                   report: Callable[..., None] | None = None, root: Path | None = None,
+                   loaded: dict | None = None) -> dict[str, int]:
+    """Every cell's batches of one shard; returns batches generated per cell (0 where none was free), named by the
+    cell's folder (relative to root). A model is loaded only when a cell of it has a batch to generate, and kept
+    in `loaded` (model input → generator) for the next call."""
     ran: dict[str, int] = {}
-    gen, loaded = None, None  # a model is loaded only if some cell of it has work (cells come model by model)
+    loaded = {} if loaded is None else loaded
     batch_prompts = params.eval.batch_prompts
     for cell in cells:
         name = str(cell.folder.relative_to(root) if root else cell.folder)
-        if cell_done(cell.suite, batch_prompts, cell.folder):
+        if not _pending(cell.suite, batch_prompts, cell.folder, shard, shards):
             ran[name] = 0
             continue
-        if loaded != cell.model:
+        if cell.model not in loaded:
+            loaded.clear()  # one model in memory at a time (cells come model by model)
             torch.set_num_threads(params.pretrain.threads)
-            gen, loaded = None, cell.model  # the previous model freed first
-            gen = load_generator(params.model, {"model": inputs[cell.model], "tokenizer": inputs["tokenizer"]})
+            loaded[cell.model] = load_generator(params.model, {"model": inputs[cell.model],
+                                                               "tokenizer": inputs["tokenizer"]})
         total = batches(cell.suite, batch_prompts)
-        ran[name] = generate_cell(gen, cell.suite, cell.knobs, params.eval.seed, batch_prompts,
+        ran[name] = generate_cell(loaded[cell.model], cell.suite, cell.knobs, params.eval.seed, batch_prompts,
                                   cell.folder, shard, shards,
-                                  on_batch=lambda b, label=name, total=total: report and report(label, b + 1, total))
+                                  on_batch=lambda b, label=name, total=total: report and report(label, b + 1, total),
+                                  policy=cell.policy and load_prompt_policy(cell.policy))
     return ran
 
 
 def wait_for_cells(params: Params, inputs: dict[str, Path], cells: list[Cell], poll_s: float = 2.0,
                    report: Callable[..., None] | None = None, root: Path | None = None) -> None:
-    """Generate whatever is left (also batches whose worker died) until every cell is done: batches claimed by
-    live shard workers are theirs to finish."""
+    """Generate whatever is left (also batches whose worker died) until every cell is done: batches held by
+    other workers are theirs to finish."""
+    loaded: dict = {}
     while True:
-        generate_cells(params, inputs, cells, report=report, root=root)
+        generate_cells(params, inputs, cells, report=report, root=root, loaded=loaded)
         if all(cell_done(c.suite, params.eval.batch_prompts, c.folder) for c in cells):
             return
         time.sleep(poll_s)

@@ -75,10 +75,13 @@ def embedded_suite(params: Params, path: Path, limit: int | None = None, name: s
 def eval_cells(params: Params, inputs: dict[str, Path], state_dir: Path) -> list[Cell]:
     """The evaluation's cells: the held-out and the seen prompts, the model under its own schedule (the model
     folder's schedule.json, carried to schedule.steps) or, without one, the base schedule."""
-    own = inputs["model"] / "schedule.json"
-    knobs = resolve_schedule(params.schedule, own if own.is_file() else None)
-    return [Cell(state_dir / split, embedded_suite(params, inputs["prompts"] / f"eval_{split}.parquet"), knobs, "model")
-            for split in ("heldout", "seen")]
+    own, policy = inputs["model"] / "schedule.json", inputs["model"] / "schedule_policy.safetensors"
+    if policy.is_file():  # prompt-conditioned: each prompt its own schedule
+        knobs, policy = resolve_schedule(params.schedule), policy
+    else:
+        knobs, policy = resolve_schedule(params.schedule, own if own.is_file() else None), None
+    return [Cell(state_dir / split, embedded_suite(params, inputs["prompts"] / f"eval_{split}.parquet"), knobs, "model",
+                 policy) for split in ("heldout", "seen")]
 
 
 def _checked(params: Params, cell: Cell) -> tuple[list[dict], np.ndarray]:

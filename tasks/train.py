@@ -25,6 +25,7 @@ from cogrpo.config import Params
 from cogrpo.core import checkpoints
 from cogrpo.core.batch import GroupedBatch
 from cogrpo.core.distributed import SINGLE, Ranks
+from cogrpo.core.policy import save_prompt_policy
 from cogrpo.core.schedule import base_knobs, save_schedule
 from cogrpo.core.trainer import CoGRPO, Rollout, draw_prompts, iteration_generator
 from cogrpo.errors import InputError
@@ -138,6 +139,8 @@ class TrainingSession:
         self.generator.save_trained(out)
         for i, (T, knobs) in enumerate(self.trainer.learned_schedules().items()):
             save_schedule(knobs, out / ("schedule.json" if i == 0 else f"schedule_T{T}.json"))
+        if self.trainer.policy.conditioned:  # the per-prompt part beside the per-step one
+            save_prompt_policy(self.trainer.policy, out / "schedule_policy.safetensors")
         last = self.history[-max(1, len(self.history) // 10):]
         reward = sum(h["reward_mean"] for h in last) / len(last) if last else float("nan")
         (out / "train.json").write_text(json.dumps({"mode": self.cfg.mode, "iterations": self.iteration,

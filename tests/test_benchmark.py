@@ -196,17 +196,31 @@ def test_published_suites_need_a_backbone_that_reads_text_and_dpg_a_square_grid(
 
 
 def test_a_batch_claimed_by_a_live_worker_is_left_to_it_and_a_dead_workers_claim_is_taken_over(gen, tmp_path):
+    import os
     import subprocess
+    import time
 
-    suite = load_suite("geneval", amused_params(), tmp_path)
+    from tasks.cells import HOST, REMOTE_CLAIM_S
+
+    suite = load_suite("geneval", amused_params(), tmp_path)  # 3 batches of 2 prompts
     knobs, cell = base_knobs(amused_params().schedule), tmp_path / "cell"
-    (cell / "done").mkdir(parents=True)
-    (cell / "done" / "00001.lock").write_text(str(subprocess.Popen(["sleep", "30"]).pid))  # a live worker's
+    done = cell / "done"
+    done.mkdir(parents=True)
+    live = subprocess.Popen(["sleep", "30"])
+    (done / "00001.lock").write_text(f"{HOST} {live.pid}")  # a live worker of this machine
     dead = subprocess.Popen(["true"])
     dead.wait()
-    (cell / "done" / "00002.lock").write_text(str(dead.pid))  # a worker killed mid-batch
-    assert generate_cell(gen, suite, knobs, 0, 2, cell) == 2  # batches 0 and 2
-    assert sorted(p.name for p in (cell / "done").iterdir()) == ["00000", "00001.lock", "00002"]
+    (done / "00002.lock").write_text(f"{HOST} {dead.pid}")  # one killed mid-batch
+    (done / "00000.lock").write_text(f"elsewhere {os.getpid()}")  # another machine's, fresh: its pid means nothing here
+    try:
+        assert generate_cell(gen, suite, knobs, 0, 2, cell) == 1  # batch 2 only
+        assert sorted(p.name for p in done.iterdir()) == ["00000.lock", "00001.lock", "00002"]
+        old = time.time() - REMOTE_CLAIM_S - 1
+        os.utime(done / "00000.lock", (old, old))  # the other machine's claim, long abandoned
+        assert generate_cell(gen, suite, knobs, 0, 2, cell) == 1  # batch 0
+        assert sorted(p.name for p in done.iterdir()) == ["00000", "00001.lock", "00002"]
+    finally:
+        live.kill()
 
 
 def test_the_state_folder_keeps_images_only_while_what_makes_them_is_unchanged(tmp_path):

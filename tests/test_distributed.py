@@ -28,8 +28,9 @@ def _state(trainer: CoGRPO) -> dict[str, torch.Tensor]:
             | {f"policy.{k}": v.detach().clone() for k, v in trainer.policies.state_dict().items()})
 
 
-CASES = [("embedded", "co", None), ("embedded", "model", 4), ("embedded", "schedule", None),
-         ("amused", "co", 4)]  # backbone, mode, train.micro_batch
+CASES = [("embedded", "co", None, "per_step"), ("embedded", "model", 4, "per_step"),
+         ("embedded", "schedule", None, "per_step"), ("embedded", "co", None, "prompt"),
+         ("amused", "co", 4, "per_step")]  # backbone, mode, train.micro_batch, train.schedule_policy
 
 
 def _generator(backbone: str, folder: str):
@@ -47,12 +48,12 @@ def _generator(backbone: str, folder: str):
             Condition({"text": text, "text_mask": torch.ones(PROMPTS, 5, dtype=torch.bool)}))
 
 
-def train(rank: int, world: int, folder: str, backbone: str, mode: str, micro_batch: int | None):
+def train(rank: int, world: int, folder: str, backbone: str, mode: str, micro_batch: int | None, policy: str):
     """A few iterations of one rank on its share of the prompts. Returns the starting and the final state, and the
     last update's metrics (the loss, KL and gradient norms among them: equal only if the gradients are)."""
     gen, cond = _generator(backbone, folder)
     cfg = TrainConfig(mode=mode, group_size=GROUP, prompts_per_iter=PROMPTS, lr_model=1e-2, lr_schedule=1e-1,
-                      micro_batch=micro_batch)
+                      micro_batch=micro_batch, schedule_policy=policy)
     ranks = Ranks(rank, world)
     trainer = CoGRPO(gen, base_knobs(ScheduleConfig(steps=4)), cfg, ranks)
     mine, start = ranks.share(PROMPTS), _state(trainer)
@@ -94,6 +95,8 @@ def test_two_ranks_train_what_one_process_trains(tmp_path):
                 assert abs(value - metrics_two[key]) <= 1e-5 * max(1.0, abs(value)), (case, key, value, metrics_two[key])
             moved = {k.split(".")[0] for k in one if not torch.equal(one[k], start[k])}  # not a vacuous equality
             assert moved == {"co": {"model", "policy"}, "model": {"model"}, "schedule": {"policy"}}[mode]
+            if case[3] == "prompt":  # the prompt read-out learned too
+                assert any(".head." in k and not torch.equal(one[k], start[k]) for k in one)
     finally:
         torch.set_num_threads(threads)
 

@@ -2,13 +2,14 @@
 what 1 process trains, checkpoints that resume under either process count, a rank killed mid-run, a launcher
 killed outright."""
 
+import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -79,12 +80,22 @@ def test_two_processes_train_what_one_does_and_checkpoints_resume_either_way(kep
     assert (_state() / "processes.log").is_file() and (_state() / "processes_result.json").is_file()
 
 
-def _stage_process() -> subprocess.Popen:
+@contextlib.contextmanager
+def _stage_process() -> Iterator[subprocess.Popen]:
+    """`python -m pipelines.stage train` in the background; killed with its processes if the test fails first."""
     from prefect.settings import get_current_settings
 
     env = os.environ | {"PYTHONPATH": str(ROOT), "PREFECT_API_URL": str(get_current_settings().api.url)}
-    return subprocess.Popen([sys.executable, "-m", "pipelines.stage", "train"], env=env, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.stage", "train"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                child.kill()
+            proc.kill()
+            proc.wait()
 
 
 def _ranks(launcher: psutil.Process) -> dict[int, psutil.Process]:
@@ -121,11 +132,11 @@ def test_a_killed_rank_ends_the_run_with_one_line_a_killed_launcher_leaves_no_ra
     start = _iterations_logged()  # 3: the built project's run, resumed from its last checkpoint
 
     # one rank killed: torchrun stops the other, the stage ends with one line naming the log
-    stage = _stage_process()
-    ranks = _wait_for(lambda: len(r := _ranks(psutil.Process(stage.pid))) == 2 and r, "two ranks")
-    _wait_for(lambda: _iterations_logged() >= start + 3, "a few iterations")
-    ranks[1].kill()
-    _, err = stage.communicate(timeout=120)
+    with _stage_process() as stage:
+        ranks = _wait_for(lambda: len(r := _ranks(psutil.Process(stage.pid))) == 2 and r, "two ranks")
+        _wait_for(lambda: _iterations_logged() >= start + 3, "a few iterations")
+        ranks[1].kill()
+        _, err = stage.communicate(timeout=120)
     last = err.strip().splitlines()[-1]
     assert stage.returncode == 2 and last.startswith("error: train: a training process failed"), err[-2000:]
     assert "processes.log" in last and "rerun to resume" in last
@@ -134,10 +145,10 @@ def test_a_killed_rank_ends_the_run_with_one_line_a_killed_launcher_leaves_no_ra
     assert done < iterations
 
     # the launcher killed outright: the kernel ends torchrun, torchrun its ranks
-    stage = _stage_process()
-    ranks = _wait_for(lambda: len(r := _ranks(psutil.Process(stage.pid))) == 2 and r, "two ranks")
-    stage.kill()
-    stage.wait()
+    with _stage_process() as stage:
+        ranks = _wait_for(lambda: len(r := _ranks(psutil.Process(stage.pid))) == 2 and r, "two ranks")
+        stage.kill()
+        stage.wait()
     gone, alive = psutil.wait_procs(list(ranks.values()), timeout=60)
     assert not alive, f"ranks outlived their launcher: {[p.pid for p in alive]}"
 

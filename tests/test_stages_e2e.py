@@ -131,7 +131,7 @@ def test_an_evaluation_is_the_same_bytes_in_two_processes(built_project, tmp_pat
     assert outputs[0] == outputs[1] and len(outputs[0]) > 3
 
 
-def test_an_evaluation_generated_in_shards_is_the_bytes_of_one_process(built_project):
+def test_an_evaluation_generated_in_shards_is_the_bytes_of_one_process(built_project, tmp_path):
     """Shard 1 of 2 (`python -m pipelines.generate baseline --shard 1 --shards 2`, the `generate` flow) makes its
     batches into the stage's state folder; the stage then makes the rest and scores: outputs byte-identical to the
     stage run alone."""
@@ -146,6 +146,9 @@ def test_an_evaluation_generated_in_shards_is_the_bytes_of_one_process(built_pro
         return {str(p.relative_to("outputs/baseline")): p.read_bytes()
                 for p in sorted(Path("outputs/baseline").rglob("*")) if p.is_file()}
 
+    saved = ("runs/store/baseline", "runs/baseline", "outputs/baseline", "metrics")
+    for folder in saved:  # put back afterwards, byte for byte
+        shutil.copytree(folder, tmp_path / "kept" / folder)
     Path("params.yaml").write_text(yaml.safe_dump(TINY | {"eval": TINY["eval"] | {"batch_prompts": 5}}))
     try:
         fresh_baseline()
@@ -160,6 +163,9 @@ def test_an_evaluation_generated_in_shards_is_the_bytes_of_one_process(built_pro
         assert outputs() == alone and len(alone) > 20
     finally:
         Path("params.yaml").write_text(yaml.safe_dump(TINY))
+        for folder in saved:
+            shutil.rmtree(folder, ignore_errors=True)
+            shutil.copytree(tmp_path / "kept" / folder, folder)
 
 
 def test_bad_params_stop_before_writing(prefect_api, tmp_path, monkeypatch, capsys):

@@ -294,6 +294,10 @@ class TrainConfig(_Section):
     sigma_init: float = Field(0.15, gt=0, description="Initial std of every schedule action (in `co`, more "
                               "schedule noise dilutes the model's credit: reports/co_investigation.md).")
     sigma_floor: float = Field(0.03, ge=0, description="Floor under the schedule policy's std.")
+    schedule_policy: Literal["per_step", "prompt"] = Field(
+        "per_step", description="The schedule policy's mean: 'per_step' (one per step, every prompt alike) or "
+        "'prompt' (per step plus a linear read-out of the prompt's pooled text features, zero-initialised; exported "
+        "as schedule_policy.safetensors beside schedule.json, which holds its per-step part).")
     checkpoint_every: int = Field(10, ge=1, json_schema_extra=NOT_RESULT,
                                   description="Iterations between resumable checkpoints (the last two are kept).")
     sample_every: int = Field(20, ge=1, json_schema_extra=NOT_RESULT,

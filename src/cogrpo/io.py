@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,7 +147,7 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     """The file appears whole or not at all, and is on disk when this returns (its folder's entry: fsync_dir)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")  # unique across machines too
     with open(tmp, "wb") as fh:
         fh.write(data)
         fh.flush()

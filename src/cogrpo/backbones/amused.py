@@ -79,6 +79,7 @@ class AmusedGenerator(nn.Module):
             self.vqvae.float()
         self.text_encoder = CLIPTextModelWithProjection.from_pretrained(folder / "text_encoder", **load).to(self.device)
         self.text_encoder.requires_grad_(False).eval()
+        self.prompt_feature_dim = self.text_encoder.config.projection_dim
         self.tokenizer = CLIPTokenizer.from_pretrained(folder / "tokenizer")
         self.mask_id = AmusedScheduler.from_pretrained(folder / "scheduler").config.mask_token_id
         scale = 2 ** (len(self.vqvae.config.block_out_channels) - 1)
@@ -108,6 +109,10 @@ class AmusedGenerator(nn.Module):
                              max_length=self.tokenizer.model_max_length).input_ids.to(self.device)
         out = self.text_encoder(ids, return_dict=True, output_hidden_states=True)
         return Condition({"pooled": out.text_embeds, "hidden": out.hidden_states[-2]})
+
+    def prompt_features(self, cond: Condition) -> torch.Tensor:
+        """CLIP's projected pooled text embedding (aMUSEd's micro-conditioning input too)."""
+        return cond.tensors["pooled"].float().cpu()
 
     def null_condition(self) -> Condition:
         if self._null is None:

@@ -23,6 +23,7 @@ class EmbeddedGenerator(nn.Module):
         self.model, self.text, self.tokenizer = model, text, tokenizer
         self.n_tokens, self.codebook_size, self.mask_id = model.cfg.n_tokens, model.cfg.vocab_size, model.cfg.mask_id
         self.device = torch.device("cpu")
+        self.prompt_feature_dim = model.cfg.text_dim
 
     @classmethod
     def load(cls, model_dir: str | Path, tokenizer_dir: str | Path) -> "EmbeddedGenerator":
@@ -32,6 +33,11 @@ class EmbeddedGenerator(nn.Module):
     def encode(self, prompts: list[str]) -> Condition:
         text, mask = self.text.encode(prompts)
         return Condition({"text": text, "text_mask": mask})
+
+    def prompt_features(self, cond: Condition) -> torch.Tensor:
+        """The mean of the prompt's token states over its real tokens."""
+        text, mask = cond.tensors["text"], cond.tensors["text_mask"].unsqueeze(-1).float()
+        return (text * mask).sum(1) / mask.sum(1).clamp(min=1)
 
     def guided_logits(self, tokens: torch.Tensor, cond: Condition, cfg_scale: torch.Tensor) -> torch.Tensor:
         return self.model.guided_logits(tokens, cond.tensors["text"], cond.tensors["text_mask"], cfg_scale)

@@ -32,7 +32,8 @@ def generate(gen: Generator, prompts: list[str], knobs: torch.Tensor, samples: i
     parts = []
     for start in range(0, len(prompts), batch_prompts):
         chunk = prompts[start : start + batch_prompts]
-        parts.append(sample_batch(gen, chunk, start, knobs, samples, seed))
+        k = knobs[start * samples : (start + len(chunk)) * samples] if knobs.dim() == 3 else knobs
+        parts.append(sample_batch(gen, chunk, start, k, samples, seed))
         if on_batch:
             on_batch(start + len(chunk), len(prompts))
     return Trajectory.cat(parts)
@@ -40,12 +41,12 @@ def generate(gen: Generator, prompts: list[str], knobs: torch.Tensor, samples: i
 
 def sample_batch(gen: Generator, chunk: list[str], start: int, knobs: torch.Tensor, samples: int,
                  seed: int) -> Trajectory:
-    """`samples` trajectories of each prompt of a batch whose first prompt is prompt `start` of the set: each
-    trajectory's noise is seeded by its index in the whole set, so a batch does not depend on the others."""
+    """`samples` trajectories of each prompt of a batch whose first prompt is prompt `start` of the set, under knobs
+    (T, 4) or one (T, 4) per trajectory of the batch: each trajectory's noise is seeded by its index in the whole
+    set, so a batch does not depend on the others."""
     rows = torch.arange(start, start + len(chunk)).repeat_interleave(samples)
-    first = start * samples
-    k = knobs[first : first + len(rows)] if knobs.dim() == 3 else knobs
-    return sample(gen, gen.encode(chunk).repeat_interleave(samples), k, trajectory_seeds(seed, len(rows), first), rows)
+    return sample(gen, gen.encode(chunk).repeat_interleave(samples), knobs,
+                  trajectory_seeds(seed, len(rows), start * samples), rows)
 
 
 def score(checker: Checker, images: np.ndarray, specs: list[dict], prompt_index: torch.Tensor) -> list[dict]:

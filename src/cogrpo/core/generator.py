@@ -44,9 +44,13 @@ class Generator(Protocol):
     codebook_size: int  # V, the width of the logits
     mask_id: int  # the [MASK] token of a token state
     device: torch.device
+    prompt_feature_dim: int  # F of prompt_features
 
     def encode(self, prompts: list[str]) -> Condition:
         """The prompts' condition (one row per prompt)."""
+
+    def prompt_features(self, cond: Condition) -> torch.Tensor:
+        """One pooled text feature vector per row (B, F), what a prompt-conditioned schedule policy reads."""
 
     def guided_logits(self, tokens: torch.Tensor, cond: Condition, cfg_scale: torch.Tensor) -> torch.Tensor:
         """l_u + w (l_c − l_u) at token states (B, N) for conditions of B rows and scales w (B,): (B, N, V)."""

@@ -73,15 +73,15 @@ def apply_actions(base: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
 
 
 def transfer(knobs: torch.Tensor, base: torch.Tensor, new_base: torch.Tensor) -> torch.Tensor:
-    """Carry a schedule learned on T steps to another step count: its residuals on `base` (T, 4), linearly
-    interpolated over decoding progress, applied to `new_base` (T', 4)."""
+    """Carry a schedule (…, T, 4) learned on T steps to another step count: its residuals on `base` (T, 4),
+    linearly interpolated over decoding progress, applied to `new_base` (T', 4)."""
     residual = to_preactivation(knobs) - to_preactivation(base)
     T, T_new = len(base), len(new_base)
     src = (torch.arange(T_new, dtype=torch.float32) + 0.5) * T / T_new - 0.5
     lo = src.floor().clamp(0, T - 1).long()
     hi = (lo + 1).clamp(max=T - 1)
     w = (src - lo).clamp(0, 1)[:, None]
-    return apply_actions(new_base, residual[lo] * (1 - w) + residual[hi] * w)
+    return apply_actions(new_base, residual[..., lo, :] * (1 - w) + residual[..., hi, :] * w)
 
 
 def resolve_schedule(cfg: ScheduleConfig, schedule_file: str | Path | None = None,

@@ -26,7 +26,7 @@ from cogrpo.core.batch import GroupedBatch
 from cogrpo.core.distributed import SINGLE, Ranks
 from cogrpo.core.generator import Generator
 from cogrpo.core.grpo import clipped_surrogate, group_advantages, k3_kl, zero_std_fraction
-from cogrpo.core.policy import SchedulePolicy
+from cogrpo.core.policy import PromptSchedulePolicy, SchedulePolicy
 from cogrpo.core.sampler import Trajectory, sample, trajectory_token_logprobs
 from cogrpo.core.schedule import KNOBS
 
@@ -52,6 +52,7 @@ class Rollout:
     traj: Trajectory
     actions: torch.Tensor  # (n, T, 4) schedule actions in pre-activation space
     sched_logp: torch.Tensor  # (n, T) log π_φ(a_t) at rollout time
+    context: torch.Tensor | None = None  # (n, F) the prompts' features a prompt-conditioned policy read
 
 
 def _state_to_tensors(prefix: str, state: dict) -> dict[str, torch.Tensor]:
@@ -82,8 +83,7 @@ class CoGRPO:
         self.cfg, self.ranks = cfg, ranks
         self.model = model
         self.ref = model.reference()
-        self.policies = nn.ModuleDict({str(T): SchedulePolicy(b, cfg.sigma_init, cfg.sigma_floor)
-                                       for T, b in bases.items()})
+        self.policies = nn.ModuleDict({str(T): self._policy(b) for T, b in bases.items()})
         self.policy = self.policies[str(next(iter(bases)))]  # the main step count's: evaluation and export
         self.train_model = cfg.mode in ("co", "model")
         self.train_schedule = cfg.mode in ("co", "schedule")
@@ -98,6 +98,12 @@ class CoGRPO:
         self.iteration = 0
         ranks.broadcast_([p.data for p in self.trained] + [p.data for p in self.policies.parameters()])
 
+    def _policy(self, base: torch.Tensor) -> SchedulePolicy:
+        cfg = self.cfg
+        if cfg.schedule_policy == "prompt":
+            return PromptSchedulePolicy(base, self.model.prompt_feature_dim, cfg.sigma_init, cfg.sigma_floor)
+        return SchedulePolicy(base, cfg.sigma_init, cfg.sigma_floor)
+
     def current_steps(self) -> int:
         """This iteration's step count: the cycle [main, *extra] indexed by the iteration."""
         counts = [p.steps for p in self.policies.values()]
@@ -109,19 +115,21 @@ class CoGRPO:
         """G trajectories per prompt of the batch, prompt-major. Every rank draws the whole iteration's actions and
         seeds and keeps its share, so a rank's trajectories are those one process would make for its prompts."""
         policy = self.policies[str(self.current_steps())]
-        n, T = batch.trajectories * self.ranks.world, policy.steps
+        n = batch.trajectories * self.ranks.world
+        T, mine = policy.steps, self.ranks.share(n)
         gen = iteration_generator(self.cfg.seed, self.iteration, 1)
+        noise = policy.noise(n, gen)[mine] if self.train_schedule else None
+        seeds = torch.randint(0, 2**62, (n,), generator=gen)[mine]
+        cond = batch.trajectory_cond()
+        context = self.model.prompt_features(cond) if policy.conditioned else None
         if self.train_schedule:
-            actions = policy.sample(n, gen)
-            sched_logp = policy.log_prob(actions)
+            actions = policy.act(noise, context)
+            sched_logp = policy.log_prob(actions, context)
         else:  # model mode: the deterministic base schedule
-            actions, sched_logp = torch.zeros(n, T, len(KNOBS)), torch.zeros(n, T)
-        seeds = torch.randint(0, 2**62, (n,), generator=gen)
-        mine = self.ranks.share(n)
-        actions, sched_logp, seeds = actions[mine], sched_logp[mine], seeds[mine]
+            actions, sched_logp = torch.zeros(len(seeds), T, len(KNOBS)), torch.zeros(len(seeds), T)
         self.model.eval()
-        traj = sample(self.model, batch.trajectory_cond(), policy.knobs(actions), seeds, batch.trajectory_rows())
-        return Rollout(traj, actions, sched_logp)
+        traj = sample(self.model, cond, policy.knobs(actions), seeds, batch.trajectory_rows())
+        return Rollout(traj, actions, sched_logp, context)
 
     # ---- update --------------------------------------------------------------------------------------
     def update(self, batch: GroupedBatch, ro: Rollout, rewards: torch.Tensor) -> dict:
@@ -165,7 +173,7 @@ class CoGRPO:
                 metrics |= {"model/clip_fraction": sur.clip_fraction, "model/ratio_mean": sur.ratio_mean,
                             "model/kl": kl.item(), "model/loss": sur.loss.item()}
             if self.train_schedule:
-                lp_s = self.policies[str(T)].log_prob(ro.actions)[:, steps]
+                lp_s = self.policies[str(T)].log_prob(ro.actions, ro.context)[:, steps]
                 sur_s = clipped_surrogate(lp_s, ro.sched_logp[:, steps], adv, cfg.clip_eps)
                 loss = loss + sur_s.loss.to(loss.device)
                 metrics |= {"schedule/clip_fraction": sur_s.clip_fraction, "schedule/ratio_mean": sur_s.ratio_mean,
@@ -218,8 +226,8 @@ class CoGRPO:
                                                                     cells[0].clamp(min=1).to(self.model.device))
                 part |= {"loss": value} | model_metrics
             if self.train_schedule:
-                sur_s = clipped_surrogate(policy.log_prob(ro.actions)[:, steps], ro.sched_logp[:, steps], adv,
-                                          cfg.clip_eps)
+                lp_s = policy.log_prob(ro.actions, ro.context)[:, steps]
+                sur_s = clipped_surrogate(lp_s, ro.sched_logp[:, steps], adv, cfg.clip_eps)
                 (share * sur_s.loss).backward()
                 part["loss"] += share * sur_s.loss.item()
                 part |= {"schedule/clip_fraction": share * sur_s.clip_fraction,

@@ -1,0 +1,92 @@
+"""The schedule policies: the prompt-conditioned one starts as the per-step one, its log-probs are a Gaussian's,
+its read-out learns, and it round-trips through its export file."""
+
+import torch
+from torch.distributions import Normal
+
+from cogrpo.config import ScheduleConfig
+from cogrpo.core.policy import PromptSchedulePolicy, SchedulePolicy, load_prompt_policy, save_prompt_policy
+from cogrpo.core.schedule import base_knobs
+
+BASE = base_knobs(ScheduleConfig(steps=4))
+F = 16
+
+
+def _moved(policy: PromptSchedulePolicy) -> PromptSchedulePolicy:
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    return policy
+
+
+def test_a_zero_read_out_is_the_per_step_policy_exactly():
+    per_step, prompt = SchedulePolicy(BASE, 0.15, 0.03), PromptSchedulePolicy(BASE, F, 0.15, 0.03)
+    context = torch.randn(6, F)
+    noise = per_step.noise(6, torch.Generator().manual_seed(0))
+    a, b = per_step.act(noise), prompt.act(noise, context)
+    assert torch.equal(a, b)
+    assert torch.equal(per_step.log_prob(a), prompt.log_prob(b, context))
+    assert torch.equal(per_step.deterministic_knobs(), prompt.deterministic_knobs())
+
+
+def test_log_probs_are_the_gaussian_of_a_prompt_dependent_mean():
+    policy, context = _moved(PromptSchedulePolicy(BASE, F, 0.15, 0.03)), torch.randn(5, F)
+    actions = policy.sample(5, torch.Generator().manual_seed(1), context)
+    mean = policy.mean_for(context)
+    assert mean.shape == (5, 4, 4) and not torch.allclose(mean[0], mean[1])  # prompts differ
+    expected = Normal(mean, policy.std()).log_prob(actions).sum(-1)
+    assert torch.allclose(policy.log_prob(actions, context), expected, atol=1e-5)
+    knobs = policy.deterministic_knobs(context)
+    assert knobs.shape == (5, 4, 4) and not torch.allclose(knobs[0], knobs[1])
+
+
+def test_the_read_out_gets_the_gradient_of_a_policy_loss():
+    policy, context = PromptSchedulePolicy(BASE, F, 0.15, 0.03), torch.randn(8, F)
+    actions = policy.sample(8, torch.Generator().manual_seed(2), context)
+    advantages = torch.randn(8, 1)
+    (-(policy.log_prob(actions, context) * advantages).mean()).backward()
+    assert policy.head.weight.grad.abs().sum() > 0 and policy.mean.grad.abs().sum() > 0
+
+
+def test_the_export_file_round_trips(tmp_path):
+    policy, context = _moved(PromptSchedulePolicy(BASE, F, 0.15, 0.03)), torch.randn(3, F)
+    save_prompt_policy(policy, tmp_path / "schedule_policy.safetensors")
+    loaded = load_prompt_policy(tmp_path / "schedule_policy.safetensors")
+    assert torch.equal(loaded.deterministic_knobs(context), policy.deterministic_knobs(context))
+    assert torch.equal(loaded.std(), policy.std())
+
+
+def test_the_stages_train_and_evaluate_a_prompt_conditioned_schedule(built_project):
+    """train.schedule_policy: prompt through the real stages: the export holds the policy beside schedule.json,
+    its schedules differ between prompts, and the evaluate and benchmark stages decode each prompt under its own
+    (the benchmark's cell at the trained step count is the evaluation, byte for byte)."""
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from cogrpo.backbones.loading import load_generator
+    from cogrpo.validate import load_params
+    from tests.tiny import TINY, run_stage
+
+    Path("params.yaml").write_text(yaml.safe_dump(TINY | {"train": TINY["train"] | {"schedule_policy": "prompt"}}))
+    try:
+        for stage in ("train", "evaluate", "benchmark"):
+            run_stage(stage)
+        policy = load_prompt_policy("models/trained/schedule_policy.safetensors")
+        params = load_params()
+        gen = load_generator(params.model, {"model": Path("models/trained"), "tokenizer": Path("models/tokenizer")})
+        means = policy.mean_for(gen.prompt_features(gen.encode(["a red circle", "two blue squares"])))
+        assert (means[0] - means[1]).abs().max() > 1e-3  # the read-out moved: prompts get different schedules
+        assert json.loads(Path("models/trained/schedule.json").read_text())["schedule"]  # its per-step part
+        cell = Path("outputs/benchmark/trained-learned/steps_04/embedded")
+        for name in ("results.jsonl", "00003/samples/0001.png"):
+            mine = cell / ("images/" + name if name.endswith(".png") else name)
+            assert mine.read_bytes() == (Path("outputs/eval") / name).read_bytes(), name
+        assert (cell.parent.parent / "steps_02/embedded/results.jsonl").is_file()  # carried to another count
+        prompted = {p: p.read_bytes() for p in Path("outputs/eval").rglob("*.png")}
+        Path("models/trained/schedule_policy.safetensors").unlink()  # the same model under its per-step part only
+        run_stage("evaluate")
+        assert {p: p.read_bytes() for p in Path("outputs/eval").rglob("*.png")} != prompted  # the policy was used
+    finally:
+        Path("params.yaml").write_text(yaml.safe_dump(TINY))
