@@ -65,7 +65,11 @@ def test_deployments_have_typed_parameters_and_a_schedule(served):
     assert nightly.schedules[0].schedule.cron == "0 2 * * *" and not nightly.schedules[0].active
     bench = asyncio.run(_deployment("benchmark/cogrpo")).parameter_openapi_schema["properties"]
     assert {"trained_dir", "suites", "steps", "variants"} <= set(bench) and all(bench[p].get("description") for p in bench)
-    assert set(bench["suites"]["anyOf"][0]["items"]["enum"]) == {"embedded", "geneval", "dpg", "imagereward", "hpsv2"}
+    assert set(bench["suites"]["anyOf"][0]["items"]["enum"]) == {"embedded", "embedded_seen", "geneval", "dpg",
+                                                                 "imagereward", "hpsv2"}
+    shard = asyncio.run(_deployment("generate/cogrpo")).parameter_openapi_schema["properties"]
+    assert set(shard["stage"]["enum"]) == {"baseline", "evaluate", "benchmark"} and shard["shard"]["type"] == "integer"
+    assert all(shard[p].get("description") for p in shard)
 
 
 def test_a_triggered_run_completes(served):
