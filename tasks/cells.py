@@ -130,9 +130,9 @@ def generate_cell(gen: Generator, suite: Suite, knobs: torch.Tensor, seed: int, 
             start = b * batch_prompts
             chunk = suite.prompts[start:start + batch_prompts]
             with torch.no_grad():
-                k = knobs if policy is None else prompt_knobs(
+                batch_knobs = knobs if policy is None else prompt_knobs(
                     policy, gen.prompt_features(gen.encode(chunk)), knobs).repeat_interleave(suite.samples, 0)
-                traj = sample_batch(gen, chunk, start, k, suite.samples, seed)
+                traj = sample_batch(gen, chunk, start, batch_knobs, suite.samples, seed)
             folders = set()
             for k, (p, img) in enumerate(zip(traj.prompt_index.tolist(), gen.decode(traj.tokens))):
                 folder = cell / "images" / f"{p:05d}"
