@@ -69,24 +69,25 @@ def interval(values: list[float]) -> tuple[float, float, float]:
     return float(x.mean()), float(x.mean() - half), float(x.mean() + half)
 
 
-def p4(co: list[float], model: list[float], base: float, draws: int = 10_000) -> dict:
-    """(mean co − base) ÷ (mean model − base), and a 95% bootstrap interval resampling each mode's seeds."""
-    rng = np.random.default_rng(0)
-    co, model = np.asarray(co), np.asarray(model)
-    point = (co.mean() - base) / (model.mean() - base)
-    boot = [(rng.choice(co, len(co)).mean() - base) / (rng.choice(model, len(model)).mean() - base)
-            for _ in range(draws)]
-    low, high = np.percentile(boot, [2.5, 97.5])
-    return {"P4": float(point), "low": float(low), "high": float(high)}
-
-
-def difference(a: list[float], b: list[float], draws: int = 10_000) -> dict:
-    """mean(a) − mean(b) and a 95% bootstrap interval resampling each side's seeds."""
+def bootstrap(statistic, a: list[float], b: list[float], draws: int = 10_000) -> tuple[float, float, float]:
+    """statistic(mean a, mean b) and its 95% bootstrap interval, resampling each side's seeds."""
     rng = np.random.default_rng(0)
     a, b = np.asarray(a), np.asarray(b)
-    boot = [rng.choice(a, len(a)).mean() - rng.choice(b, len(b)).mean() for _ in range(draws)]
+    boot = [statistic(rng.choice(a, len(a)).mean(), rng.choice(b, len(b)).mean()) for _ in range(draws)]
     low, high = np.percentile(boot, [2.5, 97.5])
-    return {"difference": float(a.mean() - b.mean()), "low": float(low), "high": float(high)}
+    return float(statistic(a.mean(), b.mean())), float(low), float(high)
+
+
+def p4(co: list[float], model: list[float], base: float) -> dict:
+    """(mean co − base) ÷ (mean model − base), with its bootstrap interval."""
+    point, low, high = bootstrap(lambda c, m: (c - base) / (m - base), co, model)
+    return {"P4": point, "low": low, "high": high}
+
+
+def difference(a: list[float], b: list[float]) -> dict:
+    """mean(a) − mean(b), with its bootstrap interval."""
+    point, low, high = bootstrap(lambda x, y: x - y, a, b)
+    return {"difference": point, "low": low, "high": high}
 
 
 def run(mode: str, seed: int, overrides: dict, variants: list[str]) -> dict:

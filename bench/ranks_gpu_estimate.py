@@ -29,7 +29,7 @@ def estimate(run: dict, batch: int, group: int, steps: int, step_fraction: float
     def phase(per_step_at_measured: float, n: int) -> tuple[float, float]:
         """(saturated, latency-bound) seconds per step for n trajectories: linear in n above the measured batch."""
         linear = per_step_at_measured * n / measured
-        return linear, max(linear, per_step_at_measured if n < measured else linear)
+        return linear, per_step_at_measured if n < measured else linear
 
     roll_lo, roll_hi = phase(run["rollout_s_per_step"], per_rank)
     upd_lo, upd_hi = phase(run["update_s_per_trained_step"], per_rank)

@@ -168,16 +168,22 @@ def pipeline(params_file: str = "params.yaml", mode: Mode | None = None, steps: 
                                                                for name, r in runs.items()}}
 
 
+def workspace_inputs(name: str) -> dict[str, Path]:
+    """A DVC stage's inputs: the upstream stages' workspace folders, each required to exist."""
+    inputs = {arg: Path(STAGES[src].out) for arg, src in STAGES[name].inputs.items()}
+    for path in inputs.values():
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: input of stage '{name}' not found (run `dvc repro {name}`)")
+    return inputs
+
+
 @flow(name="stage", flow_run_name="stage-{name}")
 def stage(name: str, params_file: str = "params.yaml", root: str = "runs") -> dict:
     """One DVC stage in the workspace: inputs from the upstream stages' workspace folders, the output copied to
     the stage's workspace folder, its metrics files written (all after the stage succeeded)."""
     params = load_params(params_file)
     spec = STAGES[name]
-    inputs = {arg: Path(STAGES[src].out) for arg, src in spec.inputs.items()}
-    for path in inputs.values():
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: input of stage '{name}' not found (run `dvc repro {name}`)")
+    inputs = workspace_inputs(name)
     tracking.setup()
     tracking.fail_dead_runs()
     with tracking.dvc_group() as group:  # the stage runs of one `dvc repro` share a parent
@@ -213,10 +219,7 @@ def generate(stage: Literal["baseline", "evaluate", "benchmark"], shard: int, sh
     if not 0 <= shard < shards:
         raise InputError(f"shard {shard}: must be in [0, {shards})")
     spec = STAGES[stage]
-    inputs = {arg: Path(STAGES[src].out) for arg, src in spec.inputs.items()}
-    for path in inputs.values():
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: input of stage '{stage}' not found (run `dvc repro {stage}`)")
+    inputs = workspace_inputs(stage)
     folder = state_folder(stage, params, inputs, root)
     ran = generate_cells(params, inputs, spec.cells(params, inputs, folder), shard, shards, Reporter(), root=folder)
     run_logger().info(f"{stage} shard {shard}/{shards}: {sum(ran.values())} batches generated into {folder}")

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from cogrpo.config import Params
 from cogrpo.core.schedule import resolve_schedule
 from cogrpo.errors import InputError
-from tasks.cells import Cell, Suite
+from tasks.cells import Cell, Suite, model_schedule
 from tasks.evaluate import embedded_suite
 
 BENCHMARK_FILES = Path(__file__).resolve().parents[1] / "data" / "benchmarks"
@@ -44,13 +42,6 @@ def load_suite(name: str, params: Params, prompts_dir: Path) -> Suite:
     return Suite(name, [p.prompt for p in loaded], [p.metadata for p in loaded], getattr(cfg.samples_per_prompt, name))
 
 
-def variant_knobs(params: Params, variant: str, steps: int, trained: Path) -> torch.Tensor:
-    """The (T, 4) schedule of a variant at `steps`: the base schedule, or the trained model's learned one carried
-    to `steps`."""
-    learned = variant.endswith("-learned")
-    return resolve_schedule(params.schedule, trained / "schedule.json" if learned else None, steps)
-
-
 def cell_folder(root: Path, variant: str, steps: int, suite: str) -> Path:
     return root / variant / f"steps_{steps:02d}" / suite
 
@@ -60,14 +51,12 @@ def benchmark_cells(params: Params, inputs: dict[str, Path], state_dir: Path) ->
     cfg = params.benchmark
     suites = [load_suite(s, params, inputs["prompts"]) for s in cfg.suites]
     models = sorted({v.split("-")[0] for v in cfg.variants})
-    policy = inputs["trained"] / "schedule_policy.safetensors"
     cells = []
     for model in models:
         for variant in [v for v in cfg.variants if v.startswith(model + "-")]:
-            prompted = variant == "trained-learned" and policy.is_file()  # each prompt its own schedule
-            for steps in cfg.steps:
-                knobs = (resolve_schedule(params.schedule, None, steps) if prompted
-                         else variant_knobs(params, variant, steps, inputs["trained"]))
+            for steps in cfg.steps:  # a learned schedule is the trained model's, carried to each step count
+                knobs, policy = (model_schedule(params, inputs["trained"], steps) if variant.endswith("-learned")
+                                 else (resolve_schedule(params.schedule, None, steps), None))
                 cells += [Cell(cell_folder(state_dir / "cells", variant, steps, suite.name), suite, knobs, model,
-                               policy if prompted else None) for suite in suites]
+                               policy) for suite in suites]
     return cells

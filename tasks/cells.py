@@ -32,6 +32,7 @@ from cogrpo.benchmarks.geneval import sample_batch
 from cogrpo.config import Params
 from cogrpo.core.generator import Generator
 from cogrpo.core.policy import SchedulePolicy, load_prompt_policy, prompt_knobs
+from cogrpo.core.schedule import resolve_schedule
 from cogrpo.errors import InputError
 from cogrpo.io import fsync_dir, process_alive, write_bytes_atomic, write_text_atomic
 
@@ -58,6 +59,16 @@ class Cell:
     knobs: torch.Tensor
     model: str
     policy: Path | None = None
+
+
+def model_schedule(params: Params, model: Path, steps: int | None = None) -> tuple[torch.Tensor, Path | None]:
+    """How a model folder decodes at `steps` (default schedule.steps): with a prompt-conditioned policy, the base
+    schedule its per-prompt schedules are carried to and the policy file; else its schedule.json carried to
+    `steps`, or without one the base schedule, and no policy."""
+    policy, own = model / "schedule_policy.safetensors", model / "schedule.json"
+    if policy.is_file():
+        return resolve_schedule(params.schedule, None, steps), policy
+    return resolve_schedule(params.schedule, own if own.is_file() else None, steps), None
 
 
 def batches(suite: Suite, batch_prompts: int) -> int:

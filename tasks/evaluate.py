@@ -17,13 +17,13 @@ from cogrpo.backbones.loading import load_generator
 from cogrpo.benchmarks.geneval import evaluate, score, summarize
 from cogrpo.benchmarks.specs import validate_embedded
 from cogrpo.config import Params, ScheduleConfig
-from cogrpo.core.schedule import base_knobs, resolve_schedule
+from cogrpo.core.schedule import base_knobs
 from cogrpo.images import captioned_grid
 from cogrpo.io import read_specs
 from cogrpo.world.checker import Checker
 from cogrpo.world.prompts import GENEVAL_TAGS
 from cogrpo.world.scenes import World
-from tasks.cells import Cell, Suite, link_images, read_images, wait_for_cells
+from tasks.cells import Cell, Suite, link_images, model_schedule, read_images, wait_for_cells
 from tasks.context import StageContext
 
 
@@ -73,13 +73,9 @@ def embedded_suite(params: Params, path: Path, limit: int | None = None, name: s
 
 
 def eval_cells(params: Params, inputs: dict[str, Path], state_dir: Path) -> list[Cell]:
-    """The evaluation's cells: the held-out and the seen prompts, the model under its own schedule (the model
-    folder's schedule.json, carried to schedule.steps) or, without one, the base schedule."""
-    own, policy = inputs["model"] / "schedule.json", inputs["model"] / "schedule_policy.safetensors"
-    if policy.is_file():  # prompt-conditioned: each prompt its own schedule
-        knobs, policy = resolve_schedule(params.schedule), policy
-    else:
-        knobs, policy = resolve_schedule(params.schedule, own if own.is_file() else None), None
+    """The evaluation's cells: the held-out and the seen prompts, the model under its own schedule (model_schedule:
+    its prompt-conditioned policy, its schedule.json, or without either the base schedule)."""
+    knobs, policy = model_schedule(params, inputs["model"])
     return [Cell(state_dir / split, embedded_suite(params, inputs["prompts"] / f"eval_{split}.parquet"), knobs, "model",
                  policy) for split in ("heldout", "seen")]
 
