@@ -15,7 +15,10 @@ run. Every stage goes through the store, so an interrupted ablation, rerun, reco
 
     python bench/modes.py [--seeds 0 1 2 3 4] [--tune-seed 100] [--modes co model schedule]
                           [--grid '{"lr_scale": [1, 3], "train.step_fraction": [0.5, 1.0]}'] [--out reports/modes]
-lr_scale multiplies both learning rates of params.yaml (each mode uses the one it trains). A mode written
+                          [--set '{"schedule.steps": 4}']
+lr_scale multiplies both learning rates of params.yaml (each mode uses the one it trains); --set overrides params
+for every run (the trained step count is then --set's). A one-point grid (`--grid '{}'`: params.yaml's setting)
+skips tuning. A mode written
 `co:prompt` is co with the prompt-conditioned schedule policy (train.schedule_policy: prompt), tuned and seeded
 like the others. Writes <out>.json and <out>.md, after every run.
 """
@@ -138,8 +141,11 @@ def markdown(report: dict, summary: dict, train_steps: int) -> str:
             cells = [f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, lo, hi in (s[split][str(t)] for t in STEPS)]
             lines.append(f"| {mode} | " + " | ".join(cells) + f" | {len(s['seeds'])} |")
         lines.append("")
-    lines += ["## Tuning (one seed each; chosen by seen accuracy at the trained step count)", "",
-              "| mode | point | seen | held-out |", "|---|---|---|---|"]
+    if report.get("set"):
+        lines += [f"Every run with {json.dumps(report['set'])}.", ""]
+    if report["tuning"]:
+        lines += ["## Tuning (one seed each; chosen by seen accuracy at the trained step count)", "",
+                  "| mode | point | seen | held-out |", "|---|---|---|---|"]
     for r in report["tuning"]:
         mark = " (chosen)" if report["best"].get(r["mode"]) == r["point"] else ""
         lines.append(f"| {r['mode']} | {r['point']}{mark} | {r['trained']['seen'][str(train_steps)]:.3f} | "
@@ -166,6 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--modes", nargs="+", default=["co", "model", "schedule"])
     ap.add_argument("--grid", default='{"lr_scale": [1, 3], "train.step_fraction": [0.5, 1.0]}')
     ap.add_argument("--out", default="reports/modes")
+    ap.add_argument("--set", default="{}", help="params overrides for every run, JSON")
     args = ap.parse_args(argv)
 
     from adapters.env import apply_defaults
@@ -173,14 +180,23 @@ def main(argv: list[str] | None = None) -> dict:
     apply_defaults()
     from adapters.prefect_api import temporary_api
     from cogrpo.io import write_json, write_text_atomic
-    from cogrpo.validate import load_params
+    from cogrpo.validate import load_params, with_overrides
 
-    params = load_params()
+    common = json.loads(args.set)
+    params = with_overrides(load_params(), common, "--set")
     train_steps = params.schedule.steps
-    bench = {"benchmark.suites": list(SPLITS.values()), "benchmark.steps": STEPS}
+    common |= {"benchmark.suites": list(SPLITS.values()), "benchmark.steps": STEPS}
     points = grid_points(json.loads(args.grid), params.train.lr_model, params.train.lr_schedule)
-    report: dict = {"train_steps": train_steps, "grid": json.loads(args.grid), "tune_seed": args.tune_seed,
-                    "tuning": [], "best": {}, "seeds": [], "base": None}
+    report: dict = {"train_steps": train_steps, "grid": json.loads(args.grid), "set": json.loads(args.set),
+                    "tune_seed": args.tune_seed, "tuning": [], "best": {}, "seeds": [], "base": None}
+
+    def variants() -> list[str]:  # the base model under the base schedule comes from the first run
+        return ["trained-learned"] if report["base"] else ["base-base", "trained-learned"]
+
+    def record(r: dict) -> dict:
+        base = r.pop("base")
+        report["base"] = report["base"] or base
+        return r
 
     def save() -> None:
         write_json(f"{args.out}.json", report)
@@ -191,20 +207,17 @@ def main(argv: list[str] | None = None) -> dict:
 
     with temporary_api():
         for mode in args.modes:
+            if len(points) == 1:
+                report["best"][mode] = next(iter(points))
+                continue
             for name, over in points.items():
-                variants = ["base-base", "trained-learned"] if report["base"] is None else ["trained-learned"]
-                r = run(mode, args.tune_seed, bench | over, variants) | {"point": name}
-                report["base"] = report["base"] or r.pop("base")
-                r.pop("base", None)
-                report["tuning"].append(r)
+                report["tuning"].append(record(run(mode, args.tune_seed, common | over, variants()) | {"point": name}))
                 save()
             mine = [r for r in report["tuning"] if r["mode"] == mode]
             report["best"][mode] = max(mine, key=lambda r: r["trained"]["seen"][str(train_steps)])["point"]
         for seed in args.seeds:  # seed-major: an interrupted run still holds every mode
             for mode in args.modes:
-                r = run(mode, seed, bench | points[report["best"][mode]], ["trained-learned"])
-                r.pop("base")
-                report["seeds"].append(r)
+                report["seeds"].append(record(run(mode, seed, common | points[report["best"][mode]], variants())))
                 save()
     print(Path(f"{args.out}.md").read_text())
     return report

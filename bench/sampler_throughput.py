@@ -1,8 +1,13 @@
 """Sampler throughput: images/s and achieved model FLOP/s, beside fp32 matmul FLOP/s in the same process.
 
 Model FLOPs are counted by torch's FlopCounterMode over one sampling call (the MDM forwards, CFG
-included; the text encoder runs once per batch and is left out). The ratio achieved / matmul says how
-far the small-matrix, many-step sampler is from the machine's dense fp32 throughput.
+included; the text encoder runs once per batch and is left out). The ratio achieved / matmul (P1, issue 14) says
+how far the small-matrix, many-step sampler is from the machine's dense fp32 throughput.
+
+Why: every matrix product and attention call of one sampling call is replayed alone at its own shapes (`kernels`).
+`shape_ceiling` = the sampler's FLOPs ÷ the time those kernels take alone, ÷ matmul FLOP/s: the P1 a sampler
+that spent no time outside them would reach; `outside_kernels` = the share of the sampler's time spent elsewhere
+(activations, layer norms, concatenations, the sampling itself).
 Usage: python bench/sampler_throughput.py [--model models/base] [--batch 256] [--steps 8]
 """
 
@@ -14,6 +19,8 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
 from cogrpo.config import ModelConfig, ScheduleConfig
@@ -31,6 +38,39 @@ def matmul_flops(n: int = 1024, repeats: int = 20) -> float:
     for _ in range(repeats):
         a @ b
     return 2 * n**3 * repeats / (time.perf_counter() - start)
+
+
+def _time(fn, repeats: int = 5) -> float:
+    fn()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return (time.perf_counter() - start) / repeats
+
+
+def kernels_alone(fn) -> dict:
+    """fn's matrix products (addmm, mm, bmm) and attention calls, each shape replayed alone: their FLOPs and
+    seconds, summed over calls."""
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        fn()
+    out = {"gemm": [0.0, 0.0], "attention": [0.0, 0.0]}  # [flops, seconds]
+    for e in prof.key_averages(group_by_input_shape=True):
+        shapes = e.input_shapes
+        if e.key in ("aten::addmm", "aten::mm", "aten::bmm"):
+            a, b = (torch.randn(*s) for s in (shapes[1:3] if e.key == "aten::addmm" else shapes[:2]))
+            bias = torch.randn(*shapes[0]) if e.key == "aten::addmm" else None
+            call = (lambda a=a, b=b, c=bias: torch.addmm(c, a, b)) if bias is not None else (lambda a=a, b=b: a @ b)
+            flops, kind = 2 * a.numel() * b.shape[-1], "gemm"
+        elif e.key == "aten::_scaled_dot_product_flash_attention_for_cpu":
+            q, k, v = (torch.randn(*s) for s in shapes[:3])
+            mask = torch.ones(*shapes[5], dtype=torch.bool) if len(shapes) > 5 and shapes[5] else None
+            call = lambda q=q, k=k, v=v, m=mask: F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa: E731
+            flops, kind = 4 * q.numel() * k.shape[-2], "attention"
+        else:
+            continue
+        out[kind][0] += flops * e.count
+        out[kind][1] += _time(call) * e.count
+    return {k: {"gflop": f / 1e9, "seconds": t, "gflops": f / t / 1e9} for k, (f, t) in out.items()}
 
 
 def main() -> None:
@@ -61,8 +101,11 @@ def main() -> None:
         sample(model, cond, knobs, seeds)
     seconds = (time.perf_counter() - start) / args.repeats
     achieved = flops / seconds
+    kernels = kernels_alone(lambda: sample(model, cond, knobs, seeds))
+    kernel_s = sum(k["seconds"] for k in kernels.values())
     report = {"images_per_s": args.batch / seconds, "model_gflop_per_image": flops / args.batch / 1e9,
               "achieved_gflops": achieved / 1e9, "matmul_fp32_gflops": peak / 1e9, "ratio": achieved / peak,
+              "kernels": kernels, "shape_ceiling": flops / kernel_s / peak, "outside_kernels": 1 - kernel_s / seconds,
               "batch": args.batch, "steps": args.steps, "params": sum(p.numel() for p in model.parameters())}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")

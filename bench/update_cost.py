@@ -1,10 +1,15 @@
-"""Update cost per trained step ÷ rollout cost per step, measured in one run.
+"""P2 (issue 14): the GRPO update's cost per trained step against a rollout step's, in time and in FLOPs, one run.
 
-A rollout step is one decoding step for B·G trajectories (a CFG forward pair, no gradient); a trained step
-is the GRPO update's share for one of the trained steps (recompute forward + backward through θ, the
-reference forward for the KL, φ's log-prob). Uses params.yaml's train section and the pipeline's base
-model when present (else a random model of the same config).
-Usage: python bench/update_cost.py [--repeats 3]
+A rollout step is one decoding step for B·G trajectories (a CFG forward pair, no gradient); a trained step is the
+update's share for one of the trained steps (the recompute forward and backward through θ, the reference forward
+for the KL, φ's log-prob). FLOPs are counted by torch's FlopCounterMode over one rollout and one update, so
+
+    P2 = (update s per trained step ÷ rollout s per step) ÷ (update FLOPs per trained step ÷ rollout FLOPs per step)
+
+is how much less efficiently the update spends its FLOPs than the sampler does (goal ≤ 1.2). The rollout's and
+the update's operators, by self CPU time, are profiled in the same run (`profile`): where the time goes.
+Uses params.yaml's train section and the pipeline's base model when present (else a random model of the same
+config). Usage: python bench/update_cost.py [--repeats 3] [--out reports/update_cost.json]
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import time
 from pathlib import Path
 
 import torch
+from torch.profiler import ProfilerActivity, profile
+from torch.utils.flop_counter import FlopCounterMode
 
 from cogrpo.backbones.embedded import EmbeddedGenerator
 from cogrpo.backbones.mdm import MDM, MDMConfig
@@ -26,10 +33,27 @@ from cogrpo.core.trainer import CoGRPO
 from cogrpo.validate import load_params
 
 
+def flops(fn) -> int:
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def top_ops(fn, top: int) -> list[dict]:
+    """fn's operators with the most self CPU time, and their share of it."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events)
+    return [{"op": e.key, "self_ms": e.self_cpu_time_total / 1e3, "calls": e.count,
+             "share": e.self_cpu_time_total / total} for e in events[:top]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--text-tokens", type=int, default=24)
+    ap.add_argument("--top", type=int, default=15, help="operators listed in the profile")
     ap.add_argument("--out", default="reports/update_cost.json")
     args = ap.parse_args()
     params = load_params()
@@ -47,7 +71,11 @@ def main() -> None:
     trainer = CoGRPO(EmbeddedGenerator(model, text=None, tokenizer=None), base_knobs(params.schedule), cfg)
     rewards = torch.rand(B * cfg.group_size)
     batch = GroupedBatch(torch.arange(B), Condition({"text": text, "text_mask": mask}), cfg.group_size)
-    trainer.update(batch, trainer.rollout(batch), rewards)  # warm-up
+    ro = trainer.rollout(batch)
+    trainer.update(batch, ro, rewards)  # warm-up
+    trained = max(1, math.ceil(cfg.step_fraction * T)) * cfg.inner_epochs
+    rollout_flops = flops(lambda: trainer.rollout(batch)) / T
+    update_flops = flops(lambda: trainer.update(batch, ro, rewards)) / trained
     rollout_s = update_s = 0.0
     for _ in range(args.repeats):
         start = time.perf_counter()
@@ -56,15 +84,24 @@ def main() -> None:
         start = time.perf_counter()
         trainer.update(batch, ro, rewards)
         update_s += time.perf_counter() - start
-    trained = max(1, math.ceil(cfg.step_fraction * T)) * cfg.inner_epochs
-    per_rollout_step = rollout_s / args.repeats / T
-    per_trained_step = update_s / args.repeats / trained
+    per_rollout_step, per_trained_step = rollout_s / args.repeats / T, update_s / args.repeats / trained
+    time_ratio, flop_ratio = per_trained_step / per_rollout_step, update_flops / rollout_flops
     report = {"trajectories": B * cfg.group_size, "steps": T, "trained_steps_per_update": trained,
               "rollout_s_per_step": per_rollout_step, "update_s_per_trained_step": per_trained_step,
-              "ratio": per_trained_step / per_rollout_step}
+              "time_ratio": time_ratio, "rollout_gflop_per_step": rollout_flops / 1e9,
+              "update_gflop_per_trained_step": update_flops / 1e9, "flop_ratio": flop_ratio,
+              "P2": time_ratio / flop_ratio,
+              "rollout_gflops": rollout_flops / per_rollout_step / 1e9,
+              "update_gflops": update_flops / per_trained_step / 1e9,
+              "profile": {"rollout": top_ops(lambda: trainer.rollout(batch), args.top),
+                          "update": top_ops(lambda: trainer.update(batch, ro, rewards), args.top)}}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps(report, indent=1))
+    print(json.dumps({k: v for k, v in report.items() if k != "profile"}, indent=1))
+    for phase, ops in report["profile"].items():
+        print(phase)
+        for e in ops:
+            print(f"{e['share']:6.1%} {e['self_ms']:9.1f} ms {e['calls']:6d}  {e['op']}")
 
 
 if __name__ == "__main__":

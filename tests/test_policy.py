@@ -90,3 +90,34 @@ def test_the_stages_train_and_evaluate_a_prompt_conditioned_schedule(built_proje
         assert {p: p.read_bytes() for p in Path("outputs/eval").rglob("*.png")} != prompted  # the policy was used
     finally:
         Path("params.yaml").write_text(yaml.safe_dump(TINY))
+
+
+def test_a_knob_left_out_stays_at_the_base_and_learns_nothing():
+    free = ("ratio", "remask_temperature", "cfg")  # temperature held
+    for policy, context in ((SchedulePolicy(BASE, 0.15, 0.03, free), None),
+                            (_moved(PromptSchedulePolicy(BASE, F, 0.15, 0.03, free)), torch.randn(5, F))):
+        actions = policy.sample(5, torch.Generator().manual_seed(2), context)
+        assert (actions[..., 1] == 0).all() and (actions[..., [0, 2, 3]] != 0).all()
+        assert torch.equal(policy.knobs(actions)[..., 1], BASE[:, 1].expand(5, -1))
+        policy.zero_grad()
+        policy.log_prob(actions, context).sum().backward()
+        assert (policy.mean.grad[:, 1] == 0).all() and (policy.log_std.grad[:, 1] == 0).all()
+        assert (policy.mean.grad[:, [0, 2, 3]] != 0).any()
+        # the Gaussian of the moved knobs only
+        mean, std = policy.mean_for(context), policy.std()
+        expected = Normal(mean[..., [0, 2, 3]], std[:, [0, 2, 3]]).log_prob(actions[..., [0, 2, 3]]).sum(-1)
+        assert torch.allclose(policy.log_prob(actions, context), expected, atol=1e-5)
+        assert torch.equal(policy.deterministic_knobs(context)[..., 1], BASE[:, 1].expand_as(
+            policy.deterministic_knobs(context)[..., 1]))
+
+
+def test_schedule_knobs_are_checked_and_the_default_leaves_params_hashes_alone():
+    import pytest
+
+    from cogrpo.config import TrainConfig
+
+    assert "schedule_knobs" not in TrainConfig().model_dump()
+    assert TrainConfig(schedule_knobs=["cfg"]).model_dump()["schedule_knobs"] == ["cfg"]
+    for bad in (["cfg", "cfg"], [], ["gamma"]):
+        with pytest.raises(ValueError):
+            TrainConfig(schedule_knobs=bad)

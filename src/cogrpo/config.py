@@ -256,6 +256,9 @@ class RewardModelsConfig(_Section):
     clip: ClipFiles = ClipFiles()
 
 
+Knob = Literal["ratio", "temperature", "remask_temperature", "cfg"]  # cogrpo.core.schedule.KNOBS, in order
+
+
 class TrainConfig(_Section):
     mode: Literal["co", "model", "schedule"] = Field(
         "co", description="What Co-GRPO trains: 'co' model and schedule, 'model' only the model (schedule fixed "
@@ -294,6 +297,11 @@ class TrainConfig(_Section):
     sigma_init: float = Field(0.15, gt=0, description="Initial std of every schedule action (in `co`, more "
                               "schedule noise dilutes the model's credit: reports/co_investigation.md).")
     sigma_floor: float = Field(0.03, ge=0, description="Floor under the schedule policy's std.")
+    schedule_knobs: list[Knob] = Field(
+        default_factory=lambda: list(get_args(Knob)), min_length=1, exclude_if=lambda v: v == list(get_args(Knob)),
+        description="The knobs the schedule policy moves; the others stay at the base schedule's values in training "
+        "and in the exported schedule. Leaving out 'temperature' keeps the sampling diversity the learned schedule "
+        "otherwise narrows (reports/side_effects.md).")
     schedule_policy: Literal["per_step", "prompt"] = Field(
         "per_step", description="The schedule policy's mean: 'per_step' (one per step, every prompt alike) or "
         "'prompt' (per step plus a linear read-out of the prompt's pooled text features, zero-initialised; exported "
@@ -310,6 +318,13 @@ class TrainConfig(_Section):
         if not any(term.weight > 0 for term in self.rewards):
             raise ValueError("every reward weight is 0: the training reward would be 0")
         return self
+
+    @field_validator("schedule_knobs")
+    @classmethod
+    def _distinct_knobs(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"{v}: a knob named twice")
+        return v
 
     @model_validator(mode="after")
     def _nodes(self) -> "TrainConfig":

@@ -2,7 +2,8 @@
 
 Actions live in pre-activation space and move the hand-crafted base schedule (cogrpo.core.schedule), so the
 zero-initialised mean reproduces the base. σ = σ_floor + exp(log_std) keeps exploration from collapsing
-while staying smooth in log_std. `PromptSchedulePolicy` also reads the prompt: its mean per step is moved by a
+while staying smooth in log_std. Knobs the policy does not move (train.schedule_knobs) get action 0, always: they
+are left out of the log-prob, so nothing learns them. `PromptSchedulePolicy` also reads the prompt: its mean per step is moved by a
 linear read-out of the prompt's pooled text features (train.schedule_policy: prompt).
 """
 
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cogrpo.core.schedule import apply_actions, transfer
+from cogrpo.core.schedule import KNOBS, apply_actions, transfer
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -22,12 +23,15 @@ LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 class SchedulePolicy(nn.Module):
     conditioned = False  # reads no prompt: every method's context is ignored
 
-    def __init__(self, base_knobs: torch.Tensor, sigma_init: float = 0.3, sigma_floor: float = 0.05):
+    def __init__(self, base_knobs: torch.Tensor, sigma_init: float = 0.3, sigma_floor: float = 0.05,
+                 knobs: tuple[str, ...] | list[str] = KNOBS):
         super().__init__()
         if sigma_init <= sigma_floor:
             raise ValueError(f"sigma_init ({sigma_init}) must exceed sigma_floor ({sigma_floor})")
         self.sigma_floor = sigma_floor
         self.register_buffer("base", base_knobs.clone())
+        # 1 for a knob the policy moves, 0 for one held at the base (not saved: it is the config's)
+        self.register_buffer("moves", torch.tensor([float(k in knobs) for k in KNOBS]), persistent=False)
         self.mean = nn.Parameter(torch.zeros_like(base_knobs))
         self.log_std = nn.Parameter(torch.full_like(base_knobs, math.log(sigma_init - sigma_floor)))
 
@@ -48,7 +52,7 @@ class SchedulePolicy(nn.Module):
 
     def act(self, noise: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
         """(n, T, 4) actions from noise (n, T, 4), for the n trajectories' prompt features."""
-        return (self.mean_for(context) + self.std() * noise).detach()
+        return ((self.mean_for(context) + self.std() * noise) * self.moves).detach()
 
     def sample(self, n: int, generator: torch.Generator | None = None,
                context: torch.Tensor | None = None) -> torch.Tensor:
@@ -59,7 +63,7 @@ class SchedulePolicy(nn.Module):
         """(n, T) log-density of each step's 4-dim action."""
         std = self.std()
         z = (actions - self.mean_for(context)) / std
-        return (-0.5 * z**2 - std.log() - LOG_SQRT_2PI).sum(-1)
+        return ((-0.5 * z**2 - std.log() - LOG_SQRT_2PI) * self.moves).sum(-1)
 
     def knobs(self, actions: torch.Tensor) -> torch.Tensor:
         """Knob values (…, T, 4) the sampler takes, for actions (…, T, 4)."""
@@ -68,7 +72,7 @@ class SchedulePolicy(nn.Module):
     def deterministic_knobs(self, context: torch.Tensor | None = None) -> torch.Tensor:
         """The evaluation schedule: actions at the mean; (n, T, 4), one per prompt, for a conditioned policy given
         the prompts' features, else (T, 4) (a conditioned policy without features: its per-step part)."""
-        return apply_actions(self.base, self.mean_for(context).detach())
+        return apply_actions(self.base, (self.mean_for(context) * self.moves).detach())
 
 
 class PromptSchedulePolicy(SchedulePolicy):
@@ -79,8 +83,9 @@ class PromptSchedulePolicy(SchedulePolicy):
 
     conditioned = True
 
-    def __init__(self, base_knobs: torch.Tensor, features: int, sigma_init: float = 0.3, sigma_floor: float = 0.05):
-        super().__init__(base_knobs, sigma_init, sigma_floor)
+    def __init__(self, base_knobs: torch.Tensor, features: int, sigma_init: float = 0.3, sigma_floor: float = 0.05,
+                 knobs: tuple[str, ...] | list[str] = KNOBS):
+        super().__init__(base_knobs, sigma_init, sigma_floor, knobs)
         self.head = nn.Linear(features, base_knobs.numel())
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)

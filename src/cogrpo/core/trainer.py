@@ -101,8 +101,9 @@ class CoGRPO:
     def _policy(self, base: torch.Tensor) -> SchedulePolicy:
         cfg = self.cfg
         if cfg.schedule_policy == "prompt":
-            return PromptSchedulePolicy(base, self.model.prompt_feature_dim, cfg.sigma_init, cfg.sigma_floor)
-        return SchedulePolicy(base, cfg.sigma_init, cfg.sigma_floor)
+            return PromptSchedulePolicy(base, self.model.prompt_feature_dim, cfg.sigma_init, cfg.sigma_floor,
+                                        cfg.schedule_knobs)
+        return SchedulePolicy(base, cfg.sigma_init, cfg.sigma_floor, cfg.schedule_knobs)
 
     def current_steps(self) -> int:
         """This iteration's step count: the cycle [main, *extra] indexed by the iteration."""
