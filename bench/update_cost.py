@@ -9,7 +9,7 @@ for the KL, φ's log-prob). FLOPs are counted by torch's FlopCounterMode over on
 is how much less efficiently the update spends its FLOPs than the sampler does (goal ≤ 1.2). The rollout's and
 the update's operators, by self CPU time, are profiled in the same run (`profile`): where the time goes.
 Uses params.yaml's train section and the pipeline's base model when present (else a random model of the same
-config). Usage: python bench/update_cost.py [--repeats 3] [--out reports/update_cost.json]
+config). Usage: python bench/update_cost.py [--repeats 3] [--set '{"train.micro_batch": 32}'] [--out ...]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from cogrpo.core.batch import GroupedBatch
 from cogrpo.core.generator import Condition
 from cogrpo.core.schedule import base_knobs
 from cogrpo.core.trainer import CoGRPO
-from cogrpo.validate import load_params
+from cogrpo.validate import load_params, with_overrides
 
 
 def flops(fn) -> int:
@@ -54,9 +54,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--text-tokens", type=int, default=24)
     ap.add_argument("--top", type=int, default=15, help="operators listed in the profile")
+    ap.add_argument("--set", default="{}", help="params overrides, JSON")
     ap.add_argument("--out", default="reports/update_cost.json")
     args = ap.parse_args()
-    params = load_params()
+    params = with_overrides(load_params(), json.loads(args.set), "--set")
     torch.set_num_threads(params.pretrain.threads)
     if Path("models/base/config.json").is_file():
         model = MDM.load("models/base")
@@ -86,7 +87,8 @@ def main() -> None:
         update_s += time.perf_counter() - start
     per_rollout_step, per_trained_step = rollout_s / args.repeats / T, update_s / args.repeats / trained
     time_ratio, flop_ratio = per_trained_step / per_rollout_step, update_flops / rollout_flops
-    report = {"trajectories": B * cfg.group_size, "steps": T, "trained_steps_per_update": trained,
+    report = {"set": json.loads(args.set), "trajectories": B * cfg.group_size, "steps": T,
+              "trained_steps_per_update": trained,
               "rollout_s_per_step": per_rollout_step, "update_s_per_trained_step": per_trained_step,
               "time_ratio": time_ratio, "rollout_gflop_per_step": rollout_flops / 1e9,
               "update_gflop_per_trained_step": update_flops / 1e9, "flop_ratio": flop_ratio,
