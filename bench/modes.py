@@ -18,9 +18,10 @@ run. Every stage goes through the store, so an interrupted ablation, rerun, reco
                           [--set '{"schedule.steps": 4}']
 lr_scale multiplies both learning rates of params.yaml (each mode uses the one it trains); --set overrides params
 for every run (the trained step count is then --set's). A one-point grid (`--grid '{}'`: params.yaml's setting)
-skips tuning. A mode written
-`co:prompt` is co with the prompt-conditioned schedule policy (train.schedule_policy: prompt), tuned and seeded
-like the others. Writes <out>.json and <out>.md, after every run.
+skips tuning. A mode written `co:prompt` is co with the prompt-conditioned schedule policy
+(train.schedule_policy: prompt), seeded like the others at co's chosen point when co is among --modes (a drop-in
+for co's per-step policy: the same setting, only the policy differs), else tuned on its own.
+Writes <out>.json and <out>.md, after every run.
 """
 
 from __future__ import annotations
@@ -207,8 +208,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     with temporary_api():
         for mode in args.modes:
-            if len(points) == 1:
-                report["best"][mode] = next(iter(points))
+            trained = mode.partition(":")[0]
+            if len(points) == 1 or (trained != mode and trained in report["best"]):
+                report["best"][mode] = report["best"].get(trained, next(iter(points)))
                 continue
             for name, over in points.items():
                 report["tuning"].append(record(run(mode, args.tune_seed, common | over, variants()) | {"point": name}))

@@ -9,7 +9,7 @@ for the KL, φ's log-prob). FLOPs are counted by torch's FlopCounterMode over on
 is how much less efficiently the update spends its FLOPs than the sampler does (goal ≤ 1.2). The rollout's and
 the update's operators, by self CPU time, are profiled in the same run (`profile`): where the time goes.
 Uses params.yaml's train section and the pipeline's base model when present (else a random model of the same
-config). Usage: python bench/update_cost.py [--repeats 3] [--set '{"train.micro_batch": 32}'] [--out ...]
+config). Usage: python bench/update_cost.py [--repeats 7] [--set '{"train.micro_batch": 32}'] [--out ...]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import time
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def top_ops(fn, top: int) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--text-tokens", type=int, default=24)
     ap.add_argument("--top", type=int, default=15, help="operators listed in the profile")
     ap.add_argument("--set", default="{}", help="params overrides, JSON")
@@ -77,22 +78,22 @@ def main() -> None:
     trained = max(1, math.ceil(cfg.step_fraction * T)) * cfg.inner_epochs
     rollout_flops = flops(lambda: trainer.rollout(batch)) / T
     update_flops = flops(lambda: trainer.update(batch, ro, rewards)) / trained
-    rollout_s = update_s = 0.0
+    rollout_s, update_s = [], []  # per repeat: the machine is noisy, P2 is the median of the repeats' ratios
     for _ in range(args.repeats):
         start = time.perf_counter()
         ro = trainer.rollout(batch)
-        rollout_s += time.perf_counter() - start
+        rollout_s.append((time.perf_counter() - start) / T)
         start = time.perf_counter()
         trainer.update(batch, ro, rewards)
-        update_s += time.perf_counter() - start
-    per_rollout_step, per_trained_step = rollout_s / args.repeats / T, update_s / args.repeats / trained
-    time_ratio, flop_ratio = per_trained_step / per_rollout_step, update_flops / rollout_flops
+        update_s.append((time.perf_counter() - start) / trained)
+    flop_ratio = update_flops / rollout_flops
+    p2 = [u / r / flop_ratio for u, r in zip(update_s, rollout_s)]
+    per_rollout_step, per_trained_step = statistics.median(rollout_s), statistics.median(update_s)
     report = {"set": json.loads(args.set), "trajectories": B * cfg.group_size, "steps": T,
               "trained_steps_per_update": trained,
               "rollout_s_per_step": per_rollout_step, "update_s_per_trained_step": per_trained_step,
-              "time_ratio": time_ratio, "rollout_gflop_per_step": rollout_flops / 1e9,
-              "update_gflop_per_trained_step": update_flops / 1e9, "flop_ratio": flop_ratio,
-              "P2": time_ratio / flop_ratio,
+              "rollout_gflop_per_step": rollout_flops / 1e9, "update_gflop_per_trained_step": update_flops / 1e9,
+              "flop_ratio": flop_ratio, "P2": statistics.median(p2), "P2_repeats": p2,
               "rollout_gflops": rollout_flops / per_rollout_step / 1e9,
               "update_gflops": update_flops / per_trained_step / 1e9,
               "profile": {"rollout": top_ops(lambda: trainer.rollout(batch), args.top),
