@@ -27,6 +27,7 @@ Writes <out>.json and <out>.md, after every run.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import sys
@@ -104,22 +105,43 @@ def run(mode: str, seed: int, overrides: dict, variants: list[str]) -> dict:
     result = pipeline(mode=trained, seed=seed, overrides=overrides | policy_over | {"benchmark.variants": variants})
     if not isinstance(result, dict):
         raise SystemExit(f"the pipeline failed for {mode} seed {seed} {overrides}: {result}")
-    table = Path(result["stages"]["benchmark"]["out"]) / "table.csv"
+    folder = Path(result["stages"]["benchmark"]["out"])
     cached = all(s["cached"] for s in result["stages"].values())
+    with_base = "base-base" in variants
     return {"mode": mode, "seed": seed, "overrides": overrides, "mlflow_run_id": result["mlflow_run_id"],
-            "minutes": None if cached else (time.monotonic() - start) / 60,
-            "trained": scores(table, "trained-learned"), "base": scores(table, "base-base") if "base-base" in variants
-            else None}
+            "minutes": None if cached else (time.monotonic() - start) / 60, "benchmark": str(folder),
+            "trained": scores(folder / "table.csv", "trained-learned"), "entropy": entropies(folder, "trained-learned"),
+            "base": scores(folder / "table.csv", "base-base") if with_base else None,
+            "base_entropy": entropies(folder, "base-base") if with_base else None}
+
+
+@functools.cache
+def _checker():
+    from cogrpo.validate import load_params
+    from cogrpo.world.checker import Checker
+    from cogrpo.world.scenes import World
+
+    return Checker(World(load_params().world))
+
+
+def entropies(folder: Path, variant: str) -> dict[str, float]:
+    """steps → colour entropy (bits) of the variant's samples on the held-out prompts that name no colour
+    (bench/side_effects.py): what a schedule that narrows sampling costs in diversity."""
+    from bench.side_effects import colour_diversity
+
+    return {str(t): colour_diversity(folder / variant / f"steps_{t:02d}" / SPLITS["heldout"], _checker())["entropy_bits"]
+            for t in STEPS}
 
 
 def summarize(report: dict, train_steps: int) -> dict:
     modes = sorted({r["mode"] for r in report["seeds"]})
     base = report["base"]
-    summary: dict = {"base": base, "modes": {}}
+    summary: dict = {"base": base | {"entropy": report.get("base_entropy")}, "modes": {}}
     for mode in modes:
         runs = [r for r in report["seeds"] if r["mode"] == mode]
         summary["modes"][mode] = {split: {str(t): interval([r["trained"][split][str(t)] for r in runs]) for t in STEPS}
                                   for split in SPLITS} | {"seeds": [r["seed"] for r in runs]}
+        summary["modes"][mode]["entropy"] = {str(t): interval([r["entropy"][str(t)] for r in runs]) for t in STEPS}
     held = {m: [r["trained"]["heldout"][str(train_steps)] for r in report["seeds"] if r["mode"] == m] for m in modes}
     if {"co", "model"} <= set(held) and len(held["co"]) > 1 and len(held["model"]) > 1:
         summary["P4"] = p4(held["co"], held["model"], base["heldout"][str(train_steps)])
@@ -134,12 +156,15 @@ def summarize(report: dict, train_steps: int) -> dict:
 def markdown(report: dict, summary: dict, train_steps: int) -> str:
     lines = [f"# Modes at equal budget: tuned alike, then seeded (trained at {train_steps} steps)", "",
              "Mean over seeds [95% t-interval], GenEval-style overall; base = base model, base schedule.", ""]
-    for split in SPLITS:
-        lines += [f"## {split}", "", "| mode | " + " | ".join(f"{t} steps" for t in STEPS) + " | seeds |",
+    titles = {"heldout": "held-out prompts", "seen": "seen prompts",
+              "entropy": "colour entropy, bits (held-out prompts that name no colour; bench/side_effects.py)"}
+    for table, title in titles.items():
+        base = summary["base"][table]
+        lines += [f"## {title}", "", "| mode | " + " | ".join(f"{t} steps" for t in STEPS) + " | seeds |",
                   "|---" * (len(STEPS) + 2) + "|",
-                  "| base | " + " | ".join(f"{summary['base'][split][str(t)]:.3f}" for t in STEPS) + " | — |"]
+                  "| base | " + " | ".join(f"{base[str(t)]:.3f}" if base else "—" for t in STEPS) + " | — |"]
         for mode, s in summary["modes"].items():
-            cells = [f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, lo, hi in (s[split][str(t)] for t in STEPS)]
+            cells = [f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, lo, hi in (s[table][str(t)] for t in STEPS)]
             lines.append(f"| {mode} | " + " | ".join(cells) + f" | {len(s['seeds'])} |")
         lines.append("")
     if report.get("set"):
@@ -195,8 +220,9 @@ def main(argv: list[str] | None = None) -> dict:
         return ["trained-learned"] if report["base"] else ["base-base", "trained-learned"]
 
     def record(r: dict) -> dict:
-        base = r.pop("base")
+        base, base_entropy = r.pop("base"), r.pop("base_entropy")
         report["base"] = report["base"] or base
+        report["base_entropy"] = report.get("base_entropy") or base_entropy
         return r
 
     def save() -> None:

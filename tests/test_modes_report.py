@@ -36,12 +36,13 @@ def test_p4_is_the_ratio_of_gains_over_base_with_an_interval_around_it():
 
 def _run(mode, seed, held8, held4=0.3):
     scores = {str(t): held8 if t == 8 else held4 for t in modes.STEPS}
-    return {"mode": mode, "seed": seed, "trained": {"heldout": scores, "seen": scores}}
+    return {"mode": mode, "seed": seed, "trained": {"heldout": scores, "seen": scores},
+            "entropy": {str(t): 1.0 + seed / 10 for t in modes.STEPS}}
 
 
 def test_summary_and_markdown_give_every_mode_p4_p5_and_the_prompt_policy_difference():
     base = {split: {str(t): 0.5 for t in modes.STEPS} for split in modes.SPLITS}
-    report = {"base": base, "tuning": [], "best": {}, "set": {},
+    report = {"base": base, "base_entropy": {str(t): 1.2 for t in modes.STEPS}, "tuning": [], "best": {}, "set": {},
               "seeds": [_run(m, s, v) for m, vals in (("co", [0.7, 0.72]), ("model", [0.6, 0.62]),
                                                       ("co:prompt", [0.75, 0.77])) for s, v in enumerate(vals)]}
     summary = modes.summarize(report, 8)
@@ -49,5 +50,6 @@ def test_summary_and_markdown_give_every_mode_p4_p5_and_the_prompt_policy_differ
     assert summary["P4"]["P4"] == pytest.approx(0.21 / 0.11)
     assert summary["prompt_vs_per_step"]["difference"] == pytest.approx(0.05)
     assert summary["P5"]["co_at_4"][0] == pytest.approx(0.3) and summary["P5"]["base_at_8"] == 0.5
+    assert summary["modes"]["model"]["entropy"]["8"][0] == pytest.approx(1.05)
     text = modes.markdown(report, summary, 8)
-    assert "**P4**" in text and "**P5**" in text and "| co:prompt |" in text
+    assert "**P4**" in text and "**P5**" in text and "| co:prompt |" in text and "## colour entropy" in text
