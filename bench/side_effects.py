@@ -24,14 +24,12 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cogrpo.rewards.checker import colour_free  # noqa: E402
+
 
 def entropy_bits(counts: Counter) -> float:
     total = sum(counts.values())
     return -sum(c / total * math.log2(c / total) for c in counts.values()) if total else float("nan")
-
-
-def colour_free(spec: dict) -> bool:
-    return bool(spec.get("include")) and not any("color" in obj for obj in spec["include"])
 
 
 def colour_diversity(cell: Path, checker) -> dict:

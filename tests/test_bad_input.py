@@ -55,7 +55,7 @@ def test_unknown_reward_names_the_key_before_any_work(restore, capsys):
     before = _snapshot("runs/train")
     _params(train=TINY["train"] | {"rewards": [{"name": "imagereward_typo"}]})
     assert _fails("train", capsys) == ("error: params.yaml: key 'train.rewards.0.name': unknown reward "
-                                     "'imagereward_typo' (known: clip, colour_match, compositional, hpsv2, imagereward, strict)")
+                                     "'imagereward_typo' (known: clip, colour_match, colour_novelty, compositional, hpsv2, imagereward, strict)")
     assert _snapshot("runs/train") == before
 
 

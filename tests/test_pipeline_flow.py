@@ -93,7 +93,7 @@ def test_bad_override_is_one_line_naming_the_key(tiny_project, capsys):
     with pytest.raises(SystemExit):
         main(["--set", "train.rewards=[{name: nope}]"])
     assert capsys.readouterr().err.strip() == ("error: overrides: key 'train.rewards.0.name': unknown reward 'nope' "
-                                               "(known: clip, colour_match, compositional, hpsv2, imagereward, strict)")
+                                               "(known: clip, colour_match, colour_novelty, compositional, hpsv2, imagereward, strict)")
 
 
 def test_compare_reads_the_runs_back(runs, capsys, tmp_path):

@@ -38,7 +38,7 @@ def test_weighted_sum_and_normalisation(world, images):
 
 
 def test_unknown_reward_is_one_clear_error(world):
-    with pytest.raises(InputError, match=r"unknown reward .imagereward2. \(known: clip, colour_match, compositional, hpsv2, imagereward, strict\)"):
+    with pytest.raises(InputError, match=r"unknown reward .imagereward2. \(known: clip, colour_match, colour_novelty, compositional, hpsv2, imagereward, strict\)"):
         build(Term("imagereward2"), world)
     assert {"compositional", "strict"} <= set(REGISTRY)
 
@@ -53,3 +53,17 @@ def test_colour_match_rewards_the_colour_the_prompt_names():
     r = colour_match()(np.concatenate([red, half]), ["a red cube", "a blue sky", "red things", "nothing named"], [])
     assert r[0] > 0.99 and r[1] < 0.05  # all red: right colour / wrong colour
     assert abs(r[2] - 0.5) < 0.05 and abs(r[3] - 0.5) < 0.05  # half red; red is the default target
+
+
+def test_colour_novelty_rewards_the_rare_colour_of_a_colour_free_prompt_only(world):
+    free = {"tag": "single_object", "prompt": "a photo of a circle", "include": [{"class": "circle", "count": 1}]}
+    reds = [world.render([Obj("circle", "red", i, 0)]) for i in range(3)]
+    blue = world.render([Obj("circle", "blue", 0, 1)])
+    named = [world.render([Obj("circle", "red", 0, 0), Obj("square", "blue", 1, 1)])] * 2
+    images = reds + [blue] + named
+    prompts, specs = [free["prompt"]] * 4 + [SPEC["prompt"]] * 2, [free] * 4 + [SPEC] * 2
+    out = build(Term("colour_novelty"), world)(images, prompts, specs)
+    # each red sees 1 red and 1 blue among the others; the blue sees 3 reds
+    assert torch.allclose(out, torch.tensor([1 / 3, 1 / 3, 1 / 3, 1.0, 0.0, 0.0]))
+    same = build(Term("colour_novelty"), world)(reds, [free["prompt"]] * 3, [free] * 3)
+    assert torch.equal(same, torch.zeros(3))  # a group of one colour: no sample is rarer than another

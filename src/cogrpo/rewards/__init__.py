@@ -23,6 +23,7 @@ RewardFn = Callable[[np.ndarray, Sequence[str], Sequence[dict]], torch.Tensor]
 REGISTRY: dict[str, str] = {
     "compositional": "cogrpo.rewards.checker:compositional",
     "strict": "cogrpo.rewards.checker:strict",
+    "colour_novelty": "cogrpo.rewards.checker:colour_novelty",
     "colour_match": "cogrpo.rewards.pixels:colour_match",
     "imagereward": "cogrpo.rewards.remote:served_reward",
     "hpsv2": "cogrpo.rewards.remote:served_reward",
