@@ -19,15 +19,14 @@ run. Every stage goes through the store, so an interrupted ablation, rerun, reco
 lr_scale multiplies both learning rates of params.yaml (each mode uses the one it trains); --set overrides params
 for every run (the trained step count is then --set's). A one-point grid (`--grid '{}'`: params.yaml's setting)
 skips tuning. A mode written `co:prompt` is co with the prompt-conditioned schedule policy
-(train.schedule_policy: prompt), seeded like the others at co's chosen point when co is among --modes (a drop-in
-for co's per-step policy: the same setting, only the policy differs), else tuned on its own.
+(train.schedule_policy: prompt), seeded like the others at co's chosen point when co comes before it in --modes (a
+drop-in for co's per-step policy: the same setting, only the policy differs), else tuned on its own.
 Writes <out>.json and <out>.md, after every run.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
 import json
 import sys
@@ -95,7 +94,7 @@ def difference(a: list[float], b: list[float]) -> dict:
     return {"difference": point, "low": low, "high": high}
 
 
-def run(mode: str, seed: int, overrides: dict, variants: list[str]) -> dict:
+def run(mode: str, seed: int, overrides: dict, variants: list[str], checker) -> dict:
     """One pipeline flow run; its result and the benchmark table's scores."""
     from flows.pipeline import pipeline
 
@@ -110,27 +109,18 @@ def run(mode: str, seed: int, overrides: dict, variants: list[str]) -> dict:
     with_base = "base-base" in variants
     return {"mode": mode, "seed": seed, "overrides": overrides, "mlflow_run_id": result["mlflow_run_id"],
             "minutes": None if cached else (time.monotonic() - start) / 60, "benchmark": str(folder),
-            "trained": scores(folder / "table.csv", "trained-learned"), "entropy": entropies(folder, "trained-learned"),
+            "trained": scores(folder / "table.csv", "trained-learned"), "entropy": entropies(folder, "trained-learned", checker),
             "base": scores(folder / "table.csv", "base-base") if with_base else None,
-            "base_entropy": entropies(folder, "base-base") if with_base else None}
+            "base_entropy": entropies(folder, "base-base", checker) if with_base else None}
 
 
-@functools.cache
-def _checker():
-    from cogrpo.validate import load_params
-    from cogrpo.world.checker import Checker
-    from cogrpo.world.scenes import World
-
-    return Checker(World(load_params().world))
-
-
-def entropies(folder: Path, variant: str) -> dict[str, float]:
+def entropies(folder: Path, variant: str, checker) -> dict[str, float]:
     """steps → colour entropy (bits) of the variant's samples on the held-out prompts that name no colour
-    (bench/side_effects.py): what a schedule that narrows sampling costs in diversity."""
+    (bench/side_effects.py; a plug-in estimate over the 4 samples per prompt: for comparing runs, not absolute)."""
     from bench.side_effects import colour_diversity
 
-    return {str(t): colour_diversity(folder / variant / f"steps_{t:02d}" / SPLITS["heldout"], _checker())["entropy_bits"]
-            for t in STEPS}
+    cells = {t: folder / variant / f"steps_{t:02d}" / SPLITS["heldout"] for t in STEPS}
+    return {str(t): colour_diversity(cell, checker)["entropy_bits"] for t, cell in cells.items()}
 
 
 def summarize(report: dict, train_steps: int) -> dict:
@@ -207,9 +197,12 @@ def main(argv: list[str] | None = None) -> dict:
     from adapters.prefect_api import temporary_api
     from cogrpo.io import write_json, write_text_atomic
     from cogrpo.validate import load_params, with_overrides
+    from cogrpo.world.checker import Checker
+    from cogrpo.world.scenes import World
 
     common = json.loads(args.set)
     params = with_overrides(load_params(), common, "--set")
+    checker = Checker(World(params.world))
     train_steps = params.schedule.steps
     common |= {"benchmark.suites": list(SPLITS.values()), "benchmark.steps": STEPS}
     points = grid_points(json.loads(args.grid), params.train.lr_model, params.train.lr_schedule)
@@ -239,13 +232,15 @@ def main(argv: list[str] | None = None) -> dict:
                 report["best"][mode] = report["best"].get(trained, next(iter(points)))
                 continue
             for name, over in points.items():
-                report["tuning"].append(record(run(mode, args.tune_seed, common | over, variants()) | {"point": name}))
+                r = run(mode, args.tune_seed, common | over, variants(), checker)
+                report["tuning"].append(record(r) | {"point": name})
                 save()
             mine = [r for r in report["tuning"] if r["mode"] == mode]
             report["best"][mode] = max(mine, key=lambda r: r["trained"]["seen"][str(train_steps)])["point"]
         for seed in args.seeds:  # seed-major: an interrupted run still holds every mode
             for mode in args.modes:
-                report["seeds"].append(record(run(mode, seed, common | points[report["best"][mode]], variants())))
+                r = run(mode, seed, common | points[report["best"][mode]], variants(), checker)
+                report["seeds"].append(record(r))
                 save()
     print(Path(f"{args.out}.md").read_text())
     return report

@@ -1,10 +1,11 @@
 """Sampler throughput: images/s and achieved model FLOP/s, beside fp32 matmul FLOP/s in the same process.
 
-Model FLOPs are counted by torch's FlopCounterMode over one sampling call (the MDM forwards, CFG
-included; the text encoder runs once per batch and is left out). The ratio achieved / matmul (P1, issue 14) says
+Model FLOPs are counted by torch's FlopCounterMode over one sampling call (bench/flops.py: the MDM forwards'
+matrix products and attention, CFG included; the text encoder runs once per batch and is left out). The ratio achieved / matmul (P1, issue 14) says
 how far the small-matrix, many-step sampler is from the machine's dense fp32 throughput.
 
-Why: every matrix product and attention call of one sampling call is replayed alone at its own shapes (`kernels`).
+Why: every matrix product and attention call of one sampling call is replayed alone at its own shapes, called as
+the model calls it (a transposed weight view, SDPA with a boolean mask), and timed (`kernels`).
 `shape_ceiling` = the sampler's FLOPs ÷ the time those kernels take alone, ÷ matmul FLOP/s: the P1 a sampler
 that spent no time outside them would reach; `outside_kernels` = the share of the sampler's time spent elsewhere
 (activations, layer norms, concatenations, the sampling itself).
@@ -15,13 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
-from torch.utils.flop_counter import FlopCounterMode
 
 from cogrpo.config import ModelConfig, ScheduleConfig
 from cogrpo.backbones.embedded import EmbeddedGenerator
@@ -29,6 +30,9 @@ from cogrpo.backbones.mdm import MDM, MDMConfig
 from cogrpo.core.generator import Condition
 from cogrpo.core.sampler import sample
 from cogrpo.core.schedule import base_knobs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.flops import count_flops  # noqa: E402
 
 
 def matmul_flops(n: int = 1024, repeats: int = 20) -> float:
@@ -58,6 +62,7 @@ def kernels_alone(fn) -> dict:
         shapes = e.input_shapes
         if e.key in ("aten::addmm", "aten::mm", "aten::bmm"):
             a, b = (torch.randn(*s) for s in (shapes[1:3] if e.key == "aten::addmm" else shapes[:2]))
+            b = torch.randn(*b.shape[:-2], b.shape[-1], b.shape[-2]).transpose(-1, -2)  # as nn.Linear passes W
             bias = torch.randn(*shapes[0]) if e.key == "aten::addmm" else None
             call = (lambda a=a, b=b, c=bias: torch.addmm(c, a, b)) if bias is not None else (lambda a=a, b=b: a @ b)
             flops, kind = 2 * a.numel() * b.shape[-1], "gemm"
@@ -92,9 +97,7 @@ def main() -> None:
     mask = torch.ones(args.batch, args.text_tokens, dtype=torch.bool)
     cond, model = Condition({"text": text, "text_mask": mask}), EmbeddedGenerator(model, text=None, tokenizer=None)
     knobs, seeds = base_knobs(ScheduleConfig(steps=args.steps)), torch.arange(args.batch)
-    with FlopCounterMode(display=False) as counter:
-        sample(model, cond, knobs, seeds)
-    flops = counter.get_total_flops()
+    flops = count_flops(lambda: sample(model, cond, knobs, seeds))
     peak = matmul_flops()
     start = time.perf_counter()
     for _ in range(args.repeats):
@@ -103,6 +106,9 @@ def main() -> None:
     achieved = flops / seconds
     kernels = kernels_alone(lambda: sample(model, cond, knobs, seeds))
     kernel_s = sum(k["seconds"] for k in kernels.values())
+    replayed = sum(k["gflop"] for k in kernels.values()) * 1e9
+    if abs(replayed - flops) > 1e-6 * flops:  # a kernel the replay does not know (e.g. baddbmm) would hide here
+        raise SystemExit(f"the replayed kernels do {replayed:.4g} FLOPs, the counter {flops:.4g}")
     report = {"images_per_s": args.batch / seconds, "model_gflop_per_image": flops / args.batch / 1e9,
               "achieved_gflops": achieved / 1e9, "matmul_fp32_gflops": peak / 1e9, "ratio": achieved / peak,
               "kernels": kernels, "shape_ceiling": flops / kernel_s / peak, "outside_kernels": 1 - kernel_s / seconds,

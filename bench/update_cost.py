@@ -2,7 +2,8 @@
 
 A rollout step is one decoding step for B·G trajectories (a CFG forward pair, no gradient); a trained step is the
 update's share for one of the trained steps (the recompute forward and backward through θ, the reference forward
-for the KL, φ's log-prob). FLOPs are counted by torch's FlopCounterMode over one rollout and one update, so
+for the KL, φ's log-prob). FLOPs are counted by torch's FlopCounterMode (bench/flops.py: with attention) over one
+rollout and one update, so
 
     P2 = (update s per trained step ÷ rollout s per step) ÷ (update FLOPs per trained step ÷ rollout FLOPs per step)
 
@@ -18,12 +19,12 @@ import argparse
 import json
 import math
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
-from torch.utils.flop_counter import FlopCounterMode
 
 from cogrpo.backbones.embedded import EmbeddedGenerator
 from cogrpo.backbones.mdm import MDM, MDMConfig
@@ -33,11 +34,8 @@ from cogrpo.core.schedule import base_knobs
 from cogrpo.core.trainer import CoGRPO
 from cogrpo.validate import load_params, with_overrides
 
-
-def flops(fn) -> int:
-    with FlopCounterMode(display=False) as counter:
-        fn()
-    return counter.get_total_flops()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.flops import count_flops  # noqa: E402
 
 
 def top_ops(fn, top: int) -> list[dict]:
@@ -76,8 +74,9 @@ def main() -> None:
     ro = trainer.rollout(batch)
     trainer.update(batch, ro, rewards)  # warm-up
     trained = max(1, math.ceil(cfg.step_fraction * T)) * cfg.inner_epochs
-    rollout_flops = flops(lambda: trainer.rollout(batch)) / T
-    update_flops = flops(lambda: trainer.update(batch, ro, rewards)) / trained
+    # the counted and profiled calls also step the optimisers: the weights differ between calls, the shapes do not
+    rollout_flops = count_flops(lambda: trainer.rollout(batch)) / T
+    update_flops = count_flops(lambda: trainer.update(batch, ro, rewards)) / trained
     rollout_s, update_s = [], []  # per repeat: the machine is noisy, P2 is the median of the repeats' ratios
     for _ in range(args.repeats):
         start = time.perf_counter()
@@ -93,6 +92,7 @@ def main() -> None:
               "trained_steps_per_update": trained,
               "rollout_s_per_step": per_rollout_step, "update_s_per_trained_step": per_trained_step,
               "rollout_gflop_per_step": rollout_flops / 1e9, "update_gflop_per_trained_step": update_flops / 1e9,
+              "time_ratio": statistics.median(u / r for u, r in zip(update_s, rollout_s)),
               "flop_ratio": flop_ratio, "P2": statistics.median(p2), "P2_repeats": p2,
               "rollout_gflops": rollout_flops / per_rollout_step / 1e9,
               "update_gflops": update_flops / per_trained_step / 1e9,

@@ -63,7 +63,7 @@ def test_colour_novelty_rewards_the_rare_colour_of_a_colour_free_prompt_only(wor
     images = reds + [blue] + named
     prompts, specs = [free["prompt"]] * 4 + [SPEC["prompt"]] * 2, [free] * 4 + [SPEC] * 2
     out = build(Term("colour_novelty"), world)(images, prompts, specs)
-    # each red sees 1 red and 1 blue among the others; the blue sees 3 reds
+    # each red sees 2 reds and 1 blue among the others; the blue sees 3 reds
     assert torch.allclose(out, torch.tensor([1 / 3, 1 / 3, 1 / 3, 1.0, 0.0, 0.0]))
     same = build(Term("colour_novelty"), world)(reds, [free["prompt"]] * 3, [free] * 3)
     assert torch.equal(same, torch.zeros(3))  # a group of one colour: no sample is rarer than another
