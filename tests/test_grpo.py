@@ -93,12 +93,12 @@ def test_grouped_batch_layout_is_prompt_major():
     assert torch.equal(b.trajectory_cond().tensors["text"][4], text[1])
 
 
-def _tiny_trainer(mode, extra_steps=()):
+def _tiny_trainer(mode, extra_steps=(), **train):
     torch.manual_seed(0)
     model = MDM(MDMConfig(grid=4, n_shapes=4, n_colors=6, text_encoder="tiny-random", text_dim=16,
                           max_text_tokens=8, dim=32, layers=1, heads=2)).eval()
     model = EmbeddedGenerator(model, text=None, tokenizer=None)  # the batches carry their conditions
-    cfg = TrainConfig(mode=mode, group_size=4, prompts_per_iter=2, lr_model=1e-2, lr_schedule=1e-1)
+    cfg = TrainConfig(mode=mode, group_size=4, prompts_per_iter=2, lr_model=1e-2, lr_schedule=1e-1, **train)
     bases = {T: base_knobs(ScheduleConfig(steps=T)) for T in (4, *extra_steps)}
     return CoGRPO(model, bases, cfg)
 
@@ -121,6 +121,20 @@ def test_freezing_rule(mode):
     assert policy_same == (mode == "model")
     assert all(torch.equal(v, tr.ref.state_dict()[k]) for k, v in before_model.items())  # θ_ref never moves
     assert "schedule/step2/cfg" in metrics and metrics["skipped"] == 0
+
+
+def test_a_prompt_read_out_moves_the_schedule_no_further_than_the_per_step_mean():
+    """Adam moves each of the read-out's F weights by about the learning rate; at the per-step mean's rate the F of
+    them would move a knob F times as far in one update (a full-size run collapsed so: reward 0.85 → 0.5)."""
+    tr = _tiny_trainer("schedule", schedule_policy="prompt")
+    batch = _batch()
+    context = tr.model.prompt_features(batch.trajectory_cond())
+    readout = lambda: (tr.policy.mean_for(context) - tr.policy.mean).detach()  # noqa: E731
+    before = readout()
+    tr.update(batch, tr.rollout(batch), torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0]))
+    per_step_move = tr.policy.mean.detach().abs().max()
+    assert 0 < (readout() - before).abs().max() <= 2 * per_step_move
+    assert per_step_move == pytest.approx(0.1, rel=0.05)  # Adam's first step: the learning rate
 
 
 def test_first_update_is_on_policy_and_nan_is_skipped():

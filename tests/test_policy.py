@@ -121,3 +121,15 @@ def test_schedule_knobs_are_checked_and_the_default_leaves_params_hashes_alone()
     for bad in (["cfg", "cfg"], [], ["gamma"]):
         with pytest.raises(ValueError):
             TrainConfig(schedule_knobs=bad)
+
+
+def test_the_export_file_keeps_the_held_knobs_held(tmp_path):
+    policy, context = PromptSchedulePolicy(BASE, F, 0.15, 0.03, ("ratio", "cfg")), torch.randn(3, F)
+    with torch.no_grad():  # even a read-out that moved a held knob's rows cannot move that knob after export
+        policy.head.bias.add_(0.5)
+    save_prompt_policy(policy, tmp_path / "schedule_policy.safetensors")
+    loaded = load_prompt_policy(tmp_path / "schedule_policy.safetensors")
+    assert torch.equal(loaded.moves, policy.moves)
+    knobs = loaded.deterministic_knobs(context)
+    assert torch.equal(knobs, policy.deterministic_knobs(context))
+    assert torch.equal(knobs[..., 1:3], BASE[:, 1:3].expand(3, -1, -1))

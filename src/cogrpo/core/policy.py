@@ -101,8 +101,10 @@ def save_prompt_policy(policy: PromptSchedulePolicy, path) -> None:
     """The whole policy (base, per-step mean and std, read-out) as safetensors; its shape in the metadata."""
     from safetensors.torch import save_file
 
+    moved = ",".join(k for k, m in zip(KNOBS, policy.moves) if m)
     save_file({k: v.contiguous() for k, v in policy.state_dict().items()}, str(path),
-              metadata={"features": str(policy.head.in_features), "sigma_floor": repr(policy.sigma_floor)})
+              metadata={"features": str(policy.head.in_features), "sigma_floor": repr(policy.sigma_floor),
+                        "knobs": moved})
 
 
 def load_prompt_policy(path) -> PromptSchedulePolicy:
@@ -114,7 +116,8 @@ def load_prompt_policy(path) -> PromptSchedulePolicy:
         meta = f.metadata()
     state = load_file(str(path))
     floor = float(meta["sigma_floor"])
-    policy = PromptSchedulePolicy(state["base"], int(meta["features"]), floor + 1.0, floor)  # σ: the file's log_std
+    knobs = meta.get("knobs", ",".join(KNOBS)).split(",")  # files from before train.schedule_knobs move all four
+    policy = PromptSchedulePolicy(state["base"], int(meta["features"]), floor + 1.0, floor, knobs)  # σ: the file's
     policy.load_state_dict(state)
     return policy
 

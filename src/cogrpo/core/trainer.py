@@ -93,7 +93,7 @@ class CoGRPO:
             p.requires_grad_(self.train_model)
         self.policies.requires_grad_(self.train_schedule)
         self.opt_model = torch.optim.Adam(self.trained, lr=cfg.lr_model) if self.train_model else None
-        self.opt_sched = (torch.optim.Adam(self.policies.parameters(), lr=cfg.lr_schedule)
+        self.opt_sched = (torch.optim.Adam(self._schedule_param_groups(), lr=cfg.lr_schedule)
                           if self.train_schedule else None)
         self.iteration = 0
         ranks.broadcast_([p.data for p in self.trained] + [p.data for p in self.policies.parameters()])
@@ -104,6 +104,16 @@ class CoGRPO:
             return PromptSchedulePolicy(base, self.model.prompt_feature_dim, cfg.sigma_init, cfg.sigma_floor,
                                         cfg.schedule_knobs)
         return SchedulePolicy(base, cfg.sigma_init, cfg.sigma_floor, cfg.schedule_knobs)
+
+    def _schedule_param_groups(self) -> list[dict]:
+        """φ's parameters at train.lr_schedule, except a prompt read-out's weights at lr_schedule ÷ its fan-in F: Adam
+        moves every weight by about the learning rate, and the F weights behind one knob move it together, F times
+        as far as a per-step mean (at lr_schedule itself the first updates throw the schedule far off the base)."""
+        readout = [policy.head.weight for policy in self.policies.values() if policy.conditioned]
+        rest = [p for p in self.policies.parameters() if all(p is not w for w in readout)]
+        if not readout:
+            return [{"params": rest}]
+        return [{"params": rest}, {"params": readout, "lr": self.cfg.lr_schedule / readout[0].shape[1]}]
 
     def current_steps(self) -> int:
         """This iteration's step count: the cycle [main, *extra] indexed by the iteration."""
@@ -294,7 +304,8 @@ class CoGRPO:
             for t in range(policy.steps):
                 for k, name in enumerate(KNOBS):
                     out[f"{prefix}step{t + 1}/{name}"] = knobs[t, k].item()
-                    out[f"{prefix}step{t + 1}/{name}_std"] = std[t, k].item()
+                    if policy.moves[k]:  # a held knob is not explored: no std to show
+                        out[f"{prefix}step{t + 1}/{name}_std"] = std[t, k].item()
         return out
 
     def learned_schedules(self) -> dict[int, torch.Tensor]:
