@@ -199,8 +199,8 @@ class EvalConfig(_Section):
 
 class RewardTerm(_Section):
     name: str = Field(description="A reward of cogrpo.rewards.REGISTRY: 'compositional' or 'strict' (the embedded "
-                      "world's checker), 'colour_match', or a model the reward server scores: 'imagereward', "
-                      "'hpsv2', 'clip' (checked by cogrpo.validate).")
+                      "world's checker), 'colour_novelty' (a colour-diversity term beside them), 'colour_match', or a "
+                      "model the reward server scores: 'imagereward', 'hpsv2', 'clip' (checked by cogrpo.validate).")
     weight: float = Field(1.0, ge=0, description="Weight (≥ 0, finite) of this reward in the sum.")
     normalize: bool = Field(False, description="z-normalise this reward over the batch before weighting.")
     version: Literal["v2.0", "v2.1"] | None = Field(
