@@ -300,8 +300,8 @@ class TrainConfig(_Section):
     schedule_knobs: list[Knob] = Field(
         default_factory=lambda: list(get_args(Knob)), min_length=1, exclude_if=lambda v: v == list(get_args(Knob)),
         description="The knobs the schedule policy moves; the others stay at the base schedule's values in training "
-        "and in the exported schedule. Leaving out 'temperature' keeps the sampling diversity the learned schedule "
-        "otherwise narrows (reports/side_effects.md).")
+        "and in the exported schedule (holding 'temperature' did not keep colour diversity: "
+        "reports/side_effects_no_temperature.md).")
     schedule_policy: Literal["per_step", "prompt"] = Field(
         "per_step", description="The schedule policy's mean: 'per_step' (one per step, every prompt alike) or "
         "'prompt' (per step plus a linear read-out of the prompt's pooled text features, zero-initialised; exported "

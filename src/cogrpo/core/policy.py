@@ -3,8 +3,8 @@
 Actions live in pre-activation space and move the hand-crafted base schedule (cogrpo.core.schedule), so the
 zero-initialised mean reproduces the base. σ = σ_floor + exp(log_std) keeps exploration from collapsing
 while staying smooth in log_std. Knobs the policy does not move (train.schedule_knobs) get action 0, always: they
-are left out of the log-prob, so nothing learns them. `PromptSchedulePolicy` also reads the prompt: its mean per step is moved by a
-linear read-out of the prompt's pooled text features (train.schedule_policy: prompt).
+are left out of the log-prob, so nothing learns them. `PromptSchedulePolicy` also reads the prompt: its mean per
+step is moved by a linear read-out of the prompt's pooled text features (train.schedule_policy: prompt).
 """
 
 from __future__ import annotations
