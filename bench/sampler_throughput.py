@@ -1,14 +1,16 @@
 """Sampler throughput: images/s and achieved model FLOP/s, beside fp32 matmul FLOP/s in the same process.
 
 Model FLOPs are counted by torch's FlopCounterMode over one sampling call (bench/flops.py: the MDM forwards'
-matrix products and attention, CFG included; the text encoder runs once per batch and is left out). The ratio achieved / matmul (P1, issue 14) says
-how far the small-matrix, many-step sampler is from the machine's dense fp32 throughput.
+matrix products and attention, CFG included; the text encoder runs once per batch and is left out). The ratio
+achieved / matmul (P1, issue 14) says how far the small-matrix, many-step sampler is from the machine's dense fp32
+throughput.
 
 Why: every matrix product and attention call of one sampling call is replayed alone at its own shapes, called as
 the model calls it (a transposed weight view, SDPA with a boolean mask), and timed (`kernels`).
 `shape_ceiling` = the sampler's FLOPs ÷ the time those kernels take alone, ÷ matmul FLOP/s: the P1 a sampler
 that spent no time outside them would reach; `outside_kernels` = the share of the sampler's time spent elsewhere
-(activations, layer norms, concatenations, the sampling itself).
+(activations, layer norms, concatenations, the sampling itself). The attention calls are also replayed on torch's
+math backend (`kernels.attention.math_backend_seconds`): is the flash kernel the faster path at these shapes?
 Usage: python bench/sampler_throughput.py [--model models/base] [--batch 256] [--steps 8]
 """
 
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 from cogrpo.config import ModelConfig, ScheduleConfig
@@ -58,6 +61,7 @@ def kernels_alone(fn) -> dict:
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         fn()
     out = {"gemm": [0.0, 0.0], "attention": [0.0, 0.0]}  # [flops, seconds]
+    math_s = 0.0  # the attention calls on the math backend
     for e in prof.key_averages(group_by_input_shape=True):
         shapes = e.input_shapes
         if e.key in ("aten::addmm", "aten::mm", "aten::bmm"):
@@ -71,11 +75,15 @@ def kernels_alone(fn) -> dict:
             mask = torch.ones(*shapes[5], dtype=torch.bool) if len(shapes) > 5 and shapes[5] else None
             call = lambda q=q, k=k, v=v, m=mask: F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa: E731
             flops, kind = 4 * q.numel() * k.shape[-2], "attention"
+            with sdpa_kernel(SDPBackend.MATH):
+                math_s += _time(call) * e.count
         else:
             continue
         out[kind][0] += flops * e.count
         out[kind][1] += _time(call) * e.count
-    return {k: {"gflop": f / 1e9, "seconds": t, "gflops": f / t / 1e9} for k, (f, t) in out.items()}
+    kernels = {k: {"gflop": f / 1e9, "seconds": t, "gflops": f / t / 1e9} for k, (f, t) in out.items()}
+    kernels["attention"]["math_backend_seconds"] = math_s
+    return kernels
 
 
 def main() -> None:
