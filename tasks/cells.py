@@ -63,11 +63,15 @@ class Cell:
 
 def model_schedule(params: Params, model: Path, steps: int | None = None) -> tuple[torch.Tensor, Path | None]:
     """How a model folder decodes at `steps` (default schedule.steps): with a prompt-conditioned policy, the base
-    schedule its per-prompt schedules are carried to and the policy file; else its schedule.json carried to
-    `steps`, or without one the base schedule, and no policy."""
+    schedule its per-prompt schedules are carried to and the policy file; else the schedule trained at `steps`
+    (schedule_T<steps>.json, train.extra_steps), else its schedule.json carried to `steps`, or without one the
+    base schedule, and no policy."""
     policy, own = model / "schedule_policy.safetensors", model / "schedule.json"
     if policy.is_file():
         return resolve_schedule(params.schedule, None, steps), policy
+    trained_at = model / f"schedule_T{steps}.json"
+    if trained_at.is_file():
+        return resolve_schedule(params.schedule, trained_at, steps), None
     return resolve_schedule(params.schedule, own if own.is_file() else None, steps), None
 
 

@@ -168,14 +168,28 @@ def test_extra_step_counts_cycle_and_each_trains_only_its_own_policy():
     assert "schedule/T2/step2/cfg" in m and "schedule/step4/cfg" in m
 
 
-@pytest.mark.parametrize("extra_steps", [(), (2,)])
-def test_checkpoint_roundtrip(tmp_path, extra_steps):
-    tr = _tiny_trainer("co", extra_steps)
+def test_a_shared_schedule_trains_one_policy_at_every_step_count():
+    tr = _tiny_trainer("co", extra_steps=(2,), share_schedule=True)
+    assert len(list(tr.policies.parameters())) == 2  # the main policy's mean and log_std, nothing more
+    batch, r = _batch(), torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
+    tr.update(batch, tr.rollout(batch), r)  # at 4 steps
+    before = tr.policy.mean.detach().clone()
+    ro = tr.rollout(batch)
+    assert ro.traj.steps == 2
+    tr.update(batch, ro, r)  # at 2 steps: moves the main policy
+    assert not torch.equal(before, tr.policy.mean)
+    carried = tr.policies["2"].deterministic_knobs()
+    assert torch.equal(tr.learned_schedules()[2], carried)
+
+
+@pytest.mark.parametrize("extra_steps,share", [((), False), ((2,), False), ((2,), True)])
+def test_checkpoint_roundtrip(tmp_path, extra_steps, share):
+    tr = _tiny_trainer("co", extra_steps, share_schedule=share)
     batch = _batch()
     r = torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
     tr.update(batch, tr.rollout(batch), r)
     tr.save(tmp_path)
-    again = _tiny_trainer("co", extra_steps)
+    again = _tiny_trainer("co", extra_steps, share_schedule=share)
     again.load(tmp_path)
     assert again.iteration == tr.iteration == 1
     a, b = tr.update(batch, tr.rollout(batch), r), \

@@ -5,8 +5,9 @@ import torch
 from torch.distributions import Normal
 
 from cogrpo.config import ScheduleConfig
-from cogrpo.core.policy import PromptSchedulePolicy, SchedulePolicy, load_prompt_policy, save_prompt_policy
-from cogrpo.core.schedule import base_knobs
+from cogrpo.core.policy import (ProgressSchedulePolicy, PromptSchedulePolicy, SchedulePolicy, load_prompt_policy,
+                                save_prompt_policy)
+from cogrpo.core.schedule import base_knobs, progress_weights, transfer
 
 BASE = base_knobs(ScheduleConfig(steps=4))
 F = 16
@@ -111,16 +112,21 @@ def test_a_knob_left_out_stays_at_the_base_and_learns_nothing():
             policy.deterministic_knobs(context)[..., 1]))
 
 
-def test_schedule_knobs_are_checked_and_the_default_leaves_params_hashes_alone():
+def test_schedule_knobs_and_sharing_are_checked_and_their_defaults_leave_params_hashes_alone():
     import pytest
 
     from cogrpo.config import TrainConfig
 
-    assert "schedule_knobs" not in TrainConfig().model_dump()
+    assert "schedule_knobs" not in TrainConfig().model_dump() and "share_schedule" not in TrainConfig().model_dump()
     assert TrainConfig(schedule_knobs=["cfg"]).model_dump()["schedule_knobs"] == ["cfg"]
     for bad in (["cfg", "cfg"], [], ["gamma"]):
         with pytest.raises(ValueError):
             TrainConfig(schedule_knobs=bad)
+    from cogrpo.config import parse_params
+
+    with pytest.raises(ValueError, match="train.extra_steps names none"):
+        parse_params({"train": {"share_schedule": True}})
+    assert parse_params({"train": {"share_schedule": True, "extra_steps": [4]}}).train.share_schedule
 
 
 def test_the_export_file_keeps_the_held_knobs_held(tmp_path):
@@ -133,3 +139,42 @@ def test_the_export_file_keeps_the_held_knobs_held(tmp_path):
     knobs = loaded.deterministic_knobs(context)
     assert torch.equal(knobs, policy.deterministic_knobs(context))
     assert torch.equal(knobs[..., 1:3], BASE[:, 1:3].expand(3, -1, -1))
+
+
+def test_a_progress_view_is_the_source_carried_to_its_step_count():
+    """train.share_schedule: the policy at another step count is the source's mean and σ interpolated over decoding
+    progress, so its deterministic schedule is the one `transfer` would carry there, its log-probs a Gaussian's, and
+    its gradients land on the source."""
+    source = _moved(SchedulePolicy(base_knobs(ScheduleConfig(steps=8)), 0.15, 0.03))
+    for T in (4, 8, 16):
+        view = ProgressSchedulePolicy(source, base_knobs(ScheduleConfig(steps=T)))
+        carried = transfer(source.deterministic_knobs(), source.base, view.base)
+        assert torch.allclose(view.deterministic_knobs(), carried, atol=1e-5)
+    assert torch.equal(progress_weights(8, 8), torch.eye(8))
+    assert torch.allclose(progress_weights(8, 3).sum(-1), torch.ones(3))
+    view = ProgressSchedulePolicy(source, base_knobs(ScheduleConfig(steps=4)))
+    assert list(view.parameters()) == [] and set(view.state_dict()) == {"base"}  # nothing of the source's twice
+    actions = view.sample(6, torch.Generator().manual_seed(3))
+    expected = Normal(progress_weights(8, 4) @ source.mean, progress_weights(8, 4) @ source.std()).log_prob(actions)
+    assert torch.allclose(view.log_prob(actions), expected.sum(-1), atol=1e-5)
+    (-view.log_prob(actions).mean()).backward()
+    assert source.mean.grad.abs().sum() > 0 and source.log_std.grad.abs().sum() > 0
+
+
+def test_a_model_folder_decodes_at_a_trained_step_count_with_that_count_s_schedule(tmp_path):
+    """train.extra_steps exports schedule_T<n>.json: evaluating at n uses it, not schedule.json carried to n."""
+    from cogrpo.config import Params
+    from cogrpo.core.schedule import save_schedule
+    from tasks.cells import model_schedule
+
+    params = Params()
+    main = base_knobs(params.schedule).clone()
+    main[:, 3] += 1.0
+    at_4 = base_knobs(params.schedule.model_copy(update={"steps": 4})).clone()
+    at_4[:, 3] += 7.0
+    save_schedule(main, tmp_path / "schedule.json")
+    save_schedule(at_4, tmp_path / "schedule_T4.json")
+    assert torch.allclose(model_schedule(params, tmp_path, 4)[0], at_4, atol=1e-5)
+    assert torch.allclose(model_schedule(params, tmp_path)[0], main, atol=1e-5)
+    carried = transfer(main, base_knobs(params.schedule), base_knobs(params.schedule.model_copy(update={"steps": 2})))
+    assert torch.allclose(model_schedule(params, tmp_path, 2)[0], carried, atol=1e-5)

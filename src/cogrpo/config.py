@@ -275,6 +275,10 @@ class TrainConfig(_Section):
         default_factory=list, description="Inference step counts trained beside schedule.steps, each with its own "
         "schedule policy; iterations cycle through [schedule.steps, *extra_steps]. Guards accuracy at those step "
         "counts (training at one step count alone lowers it at the others).")
+    share_schedule: bool = Field(
+        False, exclude_if=lambda v: not v, description="With extra_steps: one schedule policy for every step count, "
+        "its per-step parameters at schedule.steps read at another count by decoding progress (linear interpolation "
+        "between step centres), so training at any count trains the one schedule. False: one policy per count.")
     step_fraction: float = Field(0.5, gt=0, le=1, description="Fraction of the T steps trained per inner epoch.")
     inner_epochs: int = Field(1, ge=1, description="Update passes over each rollout batch.")
     processes: int = Field(
@@ -451,6 +455,9 @@ class Params(_Section):
                              f"train.processes {self.train.processes}: whole groups per process")
         if len(set(counts)) < len(counts) or min(counts) < 1:
             raise ValueError(f"train.extra_steps {self.train.extra_steps}: step counts ≥ 1, distinct, not schedule.steps")
+        if self.train.share_schedule and not self.train.extra_steps:
+            raise ValueError("train.share_schedule: true shares the schedule across step counts, but train.extra_steps "
+                             "names none beside schedule.steps")
         return self
 
 

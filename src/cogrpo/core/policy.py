@@ -5,6 +5,8 @@ zero-initialised mean reproduces the base. σ = σ_floor + exp(log_std) keeps ex
 while staying smooth in log_std. Knobs the policy does not move (train.schedule_knobs) get action 0, always: they
 are left out of the log-prob, so nothing learns them. `PromptSchedulePolicy` also reads the prompt: its mean per
 step is moved by a linear read-out of the prompt's pooled text features (train.schedule_policy: prompt).
+`ProgressSchedulePolicy` is another policy read at a different step count through decoding progress
+(train.share_schedule): one schedule for every step count trained.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cogrpo.core.schedule import KNOBS, apply_actions, transfer
+from cogrpo.core.schedule import KNOBS, apply_actions, progress_weights, transfer
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -95,6 +97,28 @@ class PromptSchedulePolicy(SchedulePolicy):
             return self.mean
         z = F.layer_norm(context.float(), context.shape[-1:])
         return self.mean + self.head(z).view(-1, *self.base.shape)
+
+
+class ProgressSchedulePolicy(SchedulePolicy):
+    """A policy over T' steps that owns no parameters: the mean and σ of `source` (over its T steps), linearly
+    interpolated over decoding progress (the weights `transfer` carries a learned schedule with), acting on its own
+    base schedule. Exact log-probs (a Gaussian whose mean and σ are linear in the source's); its gradients reach
+    the source, so training at T' trains the one schedule every step count shares."""
+
+    def __init__(self, source: SchedulePolicy, base_knobs: torch.Tensor):
+        nn.Module.__init__(self)
+        self.sources = [source]  # a plain list: the source's parameters are not this module's (nor saved twice)
+        self.sigma_floor = source.sigma_floor
+        self.conditioned = source.conditioned
+        self.register_buffer("base", base_knobs.clone())
+        self.register_buffer("moves", source.moves.clone(), persistent=False)
+        self.register_buffer("weights", progress_weights(source.steps, len(base_knobs)), persistent=False)
+
+    def std(self) -> torch.Tensor:
+        return self.weights @ self.sources[0].std()
+
+    def mean_for(self, context: torch.Tensor | None = None) -> torch.Tensor:
+        return self.weights @ self.sources[0].mean_for(context)
 
 
 def save_prompt_policy(policy: PromptSchedulePolicy, path) -> None:

@@ -84,6 +84,19 @@ def transfer(knobs: torch.Tensor, base: torch.Tensor, new_base: torch.Tensor) ->
     return apply_actions(new_base, residual[..., lo, :] * (1 - w) + residual[..., hi, :] * w)
 
 
+def progress_weights(T: int, T_new: int) -> torch.Tensor:
+    """(T_new, T): row i linearly interpolates T per-step values at the decoding progress of step i of T_new (step
+    centres matched), the same weights `transfer` uses; the identity when T_new == T."""
+    src = (torch.arange(T_new, dtype=torch.float32) + 0.5) * T / T_new - 0.5
+    lo = src.floor().clamp(0, T - 1).long()
+    hi = (lo + 1).clamp(max=T - 1)
+    w = (src - lo).clamp(0, 1)
+    out = torch.zeros(T_new, T)
+    out[torch.arange(T_new), lo] += 1 - w
+    out[torch.arange(T_new), hi] += w
+    return out
+
+
 def resolve_schedule(cfg: ScheduleConfig, schedule_file: str | Path | None = None,
                      steps: int | None = None) -> torch.Tensor:
     """The (T, 4) knobs to decode with at `steps` (default cfg.steps): the schedule file's, carried over from its

@@ -2,7 +2,9 @@
 
 `CoGRPO` holds what persists across iterations (the generator's trainable weights θ, its frozen reference θ_ref,
 φ, two optimizers) and saves all but θ_ref, which is the generator as loaded. φ is one schedule policy per
-trained step count (`train.extra_steps`); iterations cycle through the step counts, the model is shared. The mode decides only what is trainable and stochastic:
+trained step count (`train.extra_steps`), or with `train.share_schedule` one policy read at every step count through
+decoding progress; iterations cycle through the step counts, the model is shared. The mode decides only what is
+trainable and stochastic:
   co        θ and φ train; schedule actions are sampled from π_φ
   model     θ trains; the schedule is the deterministic base (actions 0, φ frozen)
   schedule  φ trains; θ is frozen
@@ -26,7 +28,7 @@ from cogrpo.core.batch import GroupedBatch
 from cogrpo.core.distributed import SINGLE, Ranks
 from cogrpo.core.generator import Generator
 from cogrpo.core.grpo import clipped_surrogate, group_advantages, k3_kl, zero_std_fraction
-from cogrpo.core.policy import PromptSchedulePolicy, SchedulePolicy
+from cogrpo.core.policy import ProgressSchedulePolicy, PromptSchedulePolicy, SchedulePolicy
 from cogrpo.core.sampler import Trajectory, sample, trajectory_token_logprobs
 from cogrpo.core.schedule import KNOBS
 
@@ -83,8 +85,11 @@ class CoGRPO:
         self.cfg, self.ranks = cfg, ranks
         self.model = model
         self.ref = model.reference()
-        self.policies = nn.ModuleDict({str(T): self._policy(b) for T, b in bases.items()})
-        self.policy = self.policies[str(next(iter(bases)))]  # the main step count's: evaluation and export
+        main, *extra = bases
+        self.policy = self._policy(bases[main])  # the main step count's: evaluation and export
+        self.policies = nn.ModuleDict({str(main): self.policy} | {
+            str(T): ProgressSchedulePolicy(self.policy, bases[T]) if cfg.share_schedule else self._policy(bases[T])
+            for T in extra})
         self.train_model = cfg.mode in ("co", "model")
         self.train_schedule = cfg.mode in ("co", "schedule")
         self.trained = model.trainable_parameters()
@@ -109,7 +114,7 @@ class CoGRPO:
         """φ's parameters at train.lr_schedule, except a prompt read-out's weights at lr_schedule ÷ its fan-in F: Adam
         moves every weight by about the learning rate, and the F weights behind one knob move it together, F times
         as far as a per-step mean (at lr_schedule itself the first updates throw the schedule far off the base)."""
-        readout = [policy.head.weight for policy in self.policies.values() if policy.conditioned]
+        readout = [policy.head.weight for policy in self.policies.values() if isinstance(policy, PromptSchedulePolicy)]
         rest = [p for p in self.policies.parameters() if all(p is not w for w in readout)]
         if not readout:
             return [{"params": rest}]
@@ -198,7 +203,8 @@ class CoGRPO:
                 metrics["model/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.trained, cfg.max_grad_norm).item()
                 self.opt_model.step()
             if self.train_schedule:
-                metrics["schedule/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.policies[str(T)].parameters(),
+                # every policy's parameters: the step count's own, or the shared one's (the others have no gradient)
+                metrics["schedule/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.policies.parameters(),
                                                                                cfg.max_grad_norm).item()
                 self.opt_sched.step()
         self.model.eval()
@@ -221,7 +227,8 @@ class CoGRPO:
         n_steps = max(1, math.ceil(cfg.step_fraction * T))
         gen = iteration_generator(cfg.seed, self.iteration, 2)
         policy = self.policies[str(T)]
-        params = (self.trained if self.train_model else []) + (list(policy.parameters()) if self.train_schedule else [])
+        params = (self.trained if self.train_model else []) + (list(self.policies.parameters()) if self.train_schedule
+                                                               else [])
         skipped = 0
         for _ in range(cfg.inner_epochs):
             steps = torch.randperm(T, generator=gen)[:n_steps].sort().values
@@ -259,7 +266,7 @@ class CoGRPO:
                 metrics["model/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.trained, cfg.max_grad_norm).item()
                 self.opt_model.step()
             if self.train_schedule:
-                metrics["schedule/grad_norm"] = torch.nn.utils.clip_grad_norm_(policy.parameters(),
+                metrics["schedule/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.policies.parameters(),
                                                                                cfg.max_grad_norm).item()
                 self.opt_sched.step()
         self.model.eval()
