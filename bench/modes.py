@@ -15,12 +15,15 @@ run. Every stage goes through the store, so an interrupted ablation, rerun, reco
 
     python bench/modes.py [--seeds 0 1 2 3 4] [--tune-seed 100] [--modes co model schedule]
                           [--grid '{"lr_scale": [1, 3], "train.step_fraction": [0.5, 1.0]}'] [--out reports/modes]
-                          [--set '{"schedule.steps": 4}']
+                          [--set '{"schedule.steps": 4}'] [--reuse reports/modes.json]
 lr_scale multiplies both learning rates of params.yaml (each mode uses the one it trains); --set overrides params
 for every run (the trained step count is then --set's). A one-point grid (`--grid '{}'`: params.yaml's setting)
 skips tuning. A mode written `co:prompt` is co with the prompt-conditioned schedule policy
 (train.schedule_policy: prompt), seeded like the others at co's chosen point when co comes before it in --modes (a
 drop-in for co's per-step policy: the same setting, only the policy differs), else tuned on its own.
+--reuse takes a seeded run from an earlier report instead of running it when mode, seed and overrides are the same
+(the record says where it came from): e.g. co's seeds from the ablation beside a new co:prompt, when the code changed
+in between only off their path (a changed store key, the same outputs).
 Writes <out>.json and <out>.md, after every run.
 """
 
@@ -131,7 +134,9 @@ def summarize(report: dict, train_steps: int) -> dict:
         runs = [r for r in report["seeds"] if r["mode"] == mode]
         summary["modes"][mode] = {split: {str(t): interval([r["trained"][split][str(t)] for r in runs]) for t in STEPS}
                                   for split in SPLITS} | {"seeds": [r["seed"] for r in runs]}
-        summary["modes"][mode]["entropy"] = {str(t): interval([r["entropy"][str(t)] for r in runs]) for t in STEPS}
+        measured = [r for r in runs if r.get("entropy")]  # runs reused from reports older than entropies have none
+        summary["modes"][mode]["entropy"] = ({str(t): interval([r["entropy"][str(t)] for r in measured]) for t in STEPS}
+                                             if measured else None)
     held = {m: [r["trained"]["heldout"][str(train_steps)] for r in report["seeds"] if r["mode"] == m] for m in modes}
     if {"co", "model"} <= set(held) and len(held["co"]) > 1 and len(held["model"]) > 1:
         summary["P4"] = p4(held["co"], held["model"], base["heldout"][str(train_steps)])
@@ -154,11 +159,17 @@ def markdown(report: dict, summary: dict, train_steps: int) -> str:
                   "|---" * (len(STEPS) + 2) + "|",
                   "| base | " + " | ".join(f"{base[str(t)]:.3f}" if base else "—" for t in STEPS) + " | — |"]
         for mode, s in summary["modes"].items():
+            if s[table] is None:
+                lines.append(f"| {mode} | " + " | ".join("—" for _ in STEPS) + f" | {len(s['seeds'])} |")
+                continue
             cells = [f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, lo, hi in (s[table][str(t)] for t in STEPS)]
             lines.append(f"| {mode} | " + " | ".join(cells) + f" | {len(s['seeds'])} |")
         lines.append("")
     if report.get("set"):
         lines += [f"Every run with {json.dumps(report['set'])}.", ""]
+    reused = sorted({(r["mode"], r["reused_from"]) for r in report["seeds"] if r.get("reused_from")})
+    for mode, source in reused:
+        lines += [f"{mode}'s seeded runs are those of `{source}` (--reuse).", ""]
     if report["tuning"]:
         lines += ["## Tuning (one seed each; chosen by seen accuracy at the trained step count)", "",
                   "| mode | point | seen | held-out |", "|---|---|---|---|"]
@@ -189,6 +200,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--grid", default='{"lr_scale": [1, 3], "train.step_fraction": [0.5, 1.0]}')
     ap.add_argument("--out", default="reports/modes")
     ap.add_argument("--set", default="{}", help="params overrides for every run, JSON")
+    ap.add_argument("--reuse", help="an earlier report whose matching seeded runs are taken, not rerun")
     args = ap.parse_args(argv)
 
     from adapters.env import apply_defaults
@@ -218,6 +230,14 @@ def main(argv: list[str] | None = None) -> dict:
         report["base_entropy"] = report.get("base_entropy") or base_entropy
         return r
 
+    earlier = json.loads(Path(args.reuse).read_text())["seeds"] if args.reuse else []
+
+    def seeded(mode: str, seed: int, overrides: dict) -> dict:
+        for r in earlier:
+            if (r["mode"], r["seed"], r["overrides"]) == (mode, seed, overrides):
+                return r | {"reused_from": args.reuse, "base": None, "base_entropy": None}
+        return run(mode, seed, overrides, variants(), checker)
+
     def save() -> None:
         write_json(f"{args.out}.json", report)
         if report["seeds"] and report["base"]:
@@ -239,7 +259,7 @@ def main(argv: list[str] | None = None) -> dict:
             report["best"][mode] = max(mine, key=lambda r: r["trained"]["seen"][str(train_steps)])["point"]
         for seed in args.seeds:  # seed-major: an interrupted run still holds every mode
             for mode in args.modes:
-                r = run(mode, seed, common | points[report["best"][mode]], variants(), checker)
+                r = seeded(mode, seed, common | points[report["best"][mode]])
                 report["seeds"].append(record(r))
                 save()
     print(Path(f"{args.out}.md").read_text())

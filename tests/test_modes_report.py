@@ -53,3 +53,16 @@ def test_summary_and_markdown_give_every_mode_p4_p5_and_the_prompt_policy_differ
     assert summary["modes"]["model"]["entropy"]["8"][0] == pytest.approx(1.05)
     text = modes.markdown(report, summary, 8)
     assert "**P4**" in text and "**P5**" in text and "| co:prompt |" in text and "## colour entropy" in text
+
+
+def test_runs_reused_from_a_report_without_entropies_are_summarised_and_named():
+    base = {split: {str(t): 0.5 for t in modes.STEPS} for split in modes.SPLITS}
+    old = [{k: v for k, v in _run("co", s, v).items() if k != "entropy"} | {"reused_from": "reports/modes.json"}
+           for s, v in enumerate([0.7, 0.72])]
+    report = {"base": base, "base_entropy": None, "tuning": [], "best": {}, "set": {},
+              "seeds": old + [_run("co:prompt", s, v) for s, v in enumerate([0.75, 0.77])]}
+    summary = modes.summarize(report, 8)
+    assert summary["modes"]["co"]["entropy"] is None and summary["modes"]["co:prompt"]["entropy"]["8"][0] > 0
+    text = modes.markdown(report, summary, 8)
+    assert "co's seeded runs are those of `reports/modes.json` (--reuse)" in text
+    assert "| co | — | — | — | — | 2 |" in text and "**Prompt-conditioned vs per-step" in text
