@@ -23,7 +23,8 @@ skips tuning. A mode written `co:prompt` is co with the prompt-conditioned sched
 drop-in for co's per-step policy: the same setting, only the policy differs), else tuned on its own.
 --reuse takes a seeded run from an earlier report instead of running it when mode, seed and overrides are the same
 (the record says where it came from): e.g. co's seeds from the ablation beside a new co:prompt, when the code changed
-in between only off their path (a changed store key, the same outputs).
+in between only off their path (a changed store key, the same outputs). The first run made fresh also scores the base
+model, and a base that differs from the earlier report's stops the ablation (not the same setting).
 Writes <out>.json and <out>.md, after every run.
 """
 
@@ -117,6 +118,11 @@ def run(mode: str, seed: int, overrides: dict, variants: list[str], checker) -> 
             "base_entropy": entropies(folder, "base-base", checker) if with_base else None}
 
 
+def reusable(earlier: list[dict], mode: str, seed: int, overrides: dict) -> dict | None:
+    """The earlier report's seeded run of this mode and seed with these overrides, if it has one."""
+    return next((r for r in earlier if (r["mode"], r["seed"], r["overrides"]) == (mode, seed, overrides)), None)
+
+
 def entropies(folder: Path, variant: str, checker) -> dict[str, float]:
     """steps → colour entropy (bits) of the variant's samples on the held-out prompts that name no colour
     (bench/side_effects.py; a plug-in estimate over the 4 samples per prompt: for comparing runs, not absolute)."""
@@ -167,9 +173,11 @@ def markdown(report: dict, summary: dict, train_steps: int) -> str:
         lines.append("")
     if report.get("set"):
         lines += [f"Every run with {json.dumps(report['set'])}.", ""]
-    reused = sorted({(r["mode"], r["reused_from"]) for r in report["seeds"] if r.get("reused_from")})
-    for mode, source in reused:
-        lines += [f"{mode}'s seeded runs are those of `{source}` (--reuse).", ""]
+    for mode, s in summary["modes"].items():
+        reused = [r for r in report["seeds"] if r["mode"] == mode and r.get("reused_from")]
+        if reused:
+            lines += [f"{len(reused)} of {mode}'s {len(s['seeds'])} seeded runs are `{reused[0]['reused_from']}`'s "
+                      "(--reuse).", ""]
     if report["tuning"]:
         lines += ["## Tuning (one seed each; chosen by seen accuracy at the trained step count)", "",
                   "| mode | point | seen | held-out |", "|---|---|---|---|"]
@@ -221,22 +229,28 @@ def main(argv: list[str] | None = None) -> dict:
     report: dict = {"train_steps": train_steps, "grid": json.loads(args.grid), "set": json.loads(args.set),
                     "tune_seed": args.tune_seed, "tuning": [], "best": {}, "seeds": [], "base": None}
 
-    def variants() -> list[str]:  # the base model under the base schedule comes from the first run
-        return ["trained-learned"] if report["base"] else ["base-base", "trained-learned"]
+    earlier = json.loads(Path(args.reuse).read_text()) if args.reuse else None
+    fresh_base: list[dict] = []  # the base scored by a run of this invocation, once there is one
+
+    def variants() -> list[str]:  # the base model under the base schedule: from the first run made here
+        return ["trained-learned"] if fresh_base else ["base-base", "trained-learned"]
 
     def record(r: dict) -> dict:
         base, base_entropy = r.pop("base"), r.pop("base_entropy")
+        if base is not None and not r.get("reused_from"):
+            if earlier and earlier["base"] != base:
+                raise SystemExit(f"--reuse {args.reuse}: its base model scores {earlier['base']} differ from this "
+                                 f"run's {base}: its runs are not of this setting")
+            fresh_base.append(base)
         report["base"] = report["base"] or base
         report["base_entropy"] = report.get("base_entropy") or base_entropy
         return r
 
-    earlier = json.loads(Path(args.reuse).read_text())["seeds"] if args.reuse else []
-
     def seeded(mode: str, seed: int, overrides: dict) -> dict:
-        for r in earlier:
-            if (r["mode"], r["seed"], r["overrides"]) == (mode, seed, overrides):
-                return r | {"reused_from": args.reuse, "base": None, "base_entropy": None}
-        return run(mode, seed, overrides, variants(), checker)
+        old = reusable(earlier["seeds"], mode, seed, overrides) if earlier else None
+        if old is None:
+            return run(mode, seed, overrides, variants(), checker)
+        return old | {"reused_from": args.reuse, "base": earlier["base"], "base_entropy": earlier.get("base_entropy")}
 
     def save() -> None:
         write_json(f"{args.out}.json", report)

@@ -69,7 +69,7 @@ def model_schedule(params: Params, model: Path, steps: int | None = None) -> tup
     policy, own = model / "schedule_policy.safetensors", model / "schedule.json"
     if policy.is_file():
         return resolve_schedule(params.schedule, None, steps), policy
-    trained_at = model / f"schedule_T{steps}.json"
+    trained_at = model / f"schedule_T{steps or params.schedule.steps}.json"
     if trained_at.is_file():
         return resolve_schedule(params.schedule, trained_at, steps), None
     return resolve_schedule(params.schedule, own if own.is_file() else None, steps), None

@@ -64,5 +64,9 @@ def test_runs_reused_from_a_report_without_entropies_are_summarised_and_named():
     summary = modes.summarize(report, 8)
     assert summary["modes"]["co"]["entropy"] is None and summary["modes"]["co:prompt"]["entropy"]["8"][0] > 0
     text = modes.markdown(report, summary, 8)
-    assert "co's seeded runs are those of `reports/modes.json` (--reuse)" in text
+    assert "2 of co's 2 seeded runs are `reports/modes.json`'s (--reuse)" in text
+    over = {"train.step_fraction": 1.0}
+    earlier = [{"mode": "co", "seed": 1, "overrides": over}, {"mode": "co", "seed": 0, "overrides": {}}]
+    assert modes.reusable(earlier, "co", 1, {"train.step_fraction": 1.0}) is earlier[0]
+    assert modes.reusable(earlier, "co", 0, over) is None and modes.reusable(earlier, "model", 1, over) is None
     assert "| co | — | — | — | — | 2 |" in text and "**Prompt-conditioned vs per-step" in text

@@ -6,7 +6,7 @@ from torch.distributions import Normal
 
 from cogrpo.config import ScheduleConfig
 from cogrpo.core.policy import (ProgressSchedulePolicy, PromptSchedulePolicy, SchedulePolicy, load_prompt_policy,
-                                save_prompt_policy)
+                                prompt_knobs, save_prompt_policy)
 from cogrpo.core.schedule import base_knobs, progress_weights, transfer
 
 BASE = base_knobs(ScheduleConfig(steps=4))
@@ -124,8 +124,10 @@ def test_schedule_knobs_and_sharing_are_checked_and_their_defaults_leave_params_
             TrainConfig(schedule_knobs=bad)
     from cogrpo.config import parse_params
 
-    with pytest.raises(ValueError, match="train.extra_steps names none"):
+    with pytest.raises(ValueError, match="extra_steps names none"):
         parse_params({"train": {"share_schedule": True}})
+    with pytest.raises(ValueError, match="needs share_schedule"):
+        parse_params({"train": {"schedule_policy": "prompt", "extra_steps": [4]}})
     assert parse_params({"train": {"share_schedule": True, "extra_steps": [4]}}).train.share_schedule
 
 
@@ -159,6 +161,19 @@ def test_a_progress_view_is_the_source_carried_to_its_step_count():
     assert torch.allclose(view.log_prob(actions), expected.sum(-1), atol=1e-5)
     (-view.log_prob(actions).mean()).backward()
     assert source.mean.grad.abs().sum() > 0 and source.log_std.grad.abs().sum() > 0
+
+
+def test_a_prompt_policy_decodes_at_another_step_count_as_a_shared_schedule_trained_it():
+    """prompt_knobs carries the mean actions, not the knob values: they differ where a knob saturates (here the last
+    step's ratio, 0 in the base, pushed further down — which training at 16 steps does to a shared schedule)."""
+    policy, context = _moved(PromptSchedulePolicy(base_knobs(ScheduleConfig(steps=8)), F, 0.15, 0.03)), torch.randn(3, F)
+    with torch.no_grad():
+        policy.mean[-1, 0] = -2.0
+    at_16 = base_knobs(ScheduleConfig(steps=16))
+    trained = ProgressSchedulePolicy(policy, at_16).deterministic_knobs(context)
+    assert torch.equal(prompt_knobs(policy, context, at_16), trained)
+    assert not torch.allclose(transfer(policy.deterministic_knobs(context), policy.base, at_16), trained, atol=1e-3)
+    assert torch.equal(prompt_knobs(policy, context, policy.base), policy.deterministic_knobs(context))
 
 
 def test_a_model_folder_decodes_at_a_trained_step_count_with_that_count_s_schedule(tmp_path):

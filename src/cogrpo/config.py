@@ -336,6 +336,12 @@ class TrainConfig(_Section):
             raise ValueError(f"processes {self.processes} do not split evenly over nodes {self.nodes}")
         if self.nodes > 1 and not self.rendezvous:
             raise ValueError("nodes > 1 needs rendezvous: HOST:PORT of the stage's machine")
+        if self.share_schedule and not self.extra_steps:
+            raise ValueError("share_schedule: true shares the schedule across step counts, but extra_steps names none "
+                             "beside schedule.steps")
+        if self.schedule_policy == "prompt" and self.extra_steps and not self.share_schedule:
+            raise ValueError("schedule_policy: prompt with extra_steps needs share_schedule: true (one prompt policy "
+                             "is exported, so every step count must decode with that one)")
         return self
 
 
@@ -455,9 +461,6 @@ class Params(_Section):
                              f"train.processes {self.train.processes}: whole groups per process")
         if len(set(counts)) < len(counts) or min(counts) < 1:
             raise ValueError(f"train.extra_steps {self.train.extra_steps}: step counts ≥ 1, distinct, not schedule.steps")
-        if self.train.share_schedule and not self.train.extra_steps:
-            raise ValueError("train.share_schedule: true shares the schedule across step counts, but train.extra_steps "
-                             "names none beside schedule.steps")
         return self
 
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cogrpo.core.schedule import KNOBS, apply_actions, progress_weights, transfer
+from cogrpo.core.schedule import KNOBS, apply_actions, progress_weights
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -106,7 +106,7 @@ class ProgressSchedulePolicy(SchedulePolicy):
     the source, so training at T' trains the one schedule every step count shares."""
 
     def __init__(self, source: SchedulePolicy, base_knobs: torch.Tensor):
-        nn.Module.__init__(self)
+        nn.Module.__init__(self)  # not SchedulePolicy's: no mean or log_std of its own (std and mean_for read source)
         self.sources = [source]  # a plain list: the source's parameters are not this module's (nor saved twice)
         self.sigma_floor = source.sigma_floor
         self.conditioned = source.conditioned
@@ -148,6 +148,8 @@ def load_prompt_policy(path) -> PromptSchedulePolicy:
 
 def prompt_knobs(policy: SchedulePolicy, features: torch.Tensor, target_base: torch.Tensor) -> torch.Tensor:
     """(n, T', 4): the deterministic schedule of each of n prompts (features (n, F)), carried to the step count of
-    target_base (T', 4) when it is not the policy's own."""
-    knobs = policy.deterministic_knobs(features)
-    return knobs if len(target_base) == policy.steps else transfer(knobs, policy.base, target_base)
+    target_base (T', 4) when it is not the policy's own: its mean actions interpolated over decoding progress, as
+    train.share_schedule trained them (interpolating knob values instead would differ where a knob saturates)."""
+    if len(target_base) == policy.steps:
+        return policy.deterministic_knobs(features)
+    return ProgressSchedulePolicy(policy, target_base).deterministic_knobs(features)
