@@ -15,7 +15,7 @@ run. Every stage goes through the store, so an interrupted ablation, rerun, reco
 
     python bench/modes.py [--seeds 0 1 2 3 4] [--tune-seed 100] [--modes co model schedule]
                           [--grid '{"lr_scale": [1, 3], "train.step_fraction": [0.5, 1.0]}'] [--out reports/modes]
-                          [--set '{"schedule.steps": 4}'] [--reuse reports/modes.json]
+                          [--set '{"schedule.steps": 4}'] [--reuse reports/modes.json] [--summarize]
 lr_scale multiplies both learning rates of params.yaml (each mode uses the one it trains); --set overrides params
 for every run (the trained step count is then --set's). A one-point grid (`--grid '{}'`: params.yaml's setting)
 skips tuning. A mode written `co:prompt` is co with the prompt-conditioned schedule policy
@@ -77,25 +77,40 @@ def interval(values: list[float]) -> tuple[float, float, float]:
     return float(x.mean()), float(x.mean() - half), float(x.mean() + half)
 
 
-def bootstrap(statistic, a: list[float], b: list[float], draws: int = 10_000) -> tuple[float, float, float]:
-    """statistic(mean a, mean b) and its 95% bootstrap interval, resampling each side's seeds."""
+def bootstrap(statistic, a: list[float], b: list[float], paired: bool = False,
+              draws: int = 10_000) -> tuple[float, float, float]:
+    """statistic(mean a, mean b) and its 95% bootstrap interval: each side's seeds resampled on their own, or
+    (paired: a[i] and b[i] are the same seed) the seeds resampled together, which the shared prompt draws and noise
+    of a seed make the tighter, fairer interval."""
     rng = np.random.default_rng(0)
     a, b = np.asarray(a), np.asarray(b)
-    boot = [statistic(rng.choice(a, len(a)).mean(), rng.choice(b, len(b)).mean()) for _ in range(draws)]
+    if paired:
+        rows = [rng.integers(0, len(a), len(a)) for _ in range(draws)]
+        boot = [statistic(a[i].mean(), b[i].mean()) for i in rows]
+    else:
+        boot = [statistic(rng.choice(a, len(a)).mean(), rng.choice(b, len(b)).mean()) for _ in range(draws)]
     low, high = np.percentile(boot, [2.5, 97.5])
     return float(statistic(a.mean(), b.mean())), float(low), float(high)
 
 
-def p4(co: list[float], model: list[float], base: float) -> dict:
-    """(mean co − base) ÷ (mean model − base), with its bootstrap interval."""
-    point, low, high = bootstrap(lambda c, m: (c - base) / (m - base), co, model)
-    return {"P4": point, "low": low, "high": high}
+def p4(co: list[float], model: list[float], base: float, paired: bool = False) -> dict:
+    """(mean co − base) ÷ (mean model − base), with its bootstrap interval (and the paired one, co[i] and model[i]
+    being the same seed)."""
+    ratio = lambda c, m: (c - base) / (m - base)  # noqa: E731
+    point, low, high = bootstrap(ratio, co, model)
+    out = {"P4": point, "low": low, "high": high}
+    if paired:
+        out["paired_low"], out["paired_high"] = bootstrap(ratio, co, model, paired=True)[1:]
+    return out
 
 
-def difference(a: list[float], b: list[float]) -> dict:
-    """mean(a) − mean(b), with its bootstrap interval."""
+def difference(a: list[float], b: list[float], paired: bool = False) -> dict:
+    """mean(a) − mean(b), with its bootstrap interval (and the paired one)."""
     point, low, high = bootstrap(lambda x, y: x - y, a, b)
-    return {"difference": point, "low": low, "high": high}
+    out = {"difference": point, "low": low, "high": high}
+    if paired:
+        out["paired_low"], out["paired_high"] = bootstrap(lambda x, y: x - y, a, b, paired=True)[1:]
+    return out
 
 
 def run(mode: str, seed: int, overrides: dict, variants: list[str], checker) -> dict:
@@ -143,11 +158,14 @@ def summarize(report: dict, train_steps: int) -> dict:
         measured = [r for r in runs if r.get("entropy")]  # runs reused from reports older than entropies have none
         summary["modes"][mode]["entropy"] = ({str(t): interval([r["entropy"][str(t)] for r in measured]) for t in STEPS}
                                              if measured else None)
-    held = {m: [r["trained"]["heldout"][str(train_steps)] for r in report["seeds"] if r["mode"] == m] for m in modes}
+    by_seed = {m: {r["seed"]: r["trained"]["heldout"][str(train_steps)] for r in report["seeds"] if r["mode"] == m}
+               for m in modes}
+    held = {m: [v for _, v in sorted(seeds.items())] for m, seeds in by_seed.items()}
+    same_seeds = lambda a, b: by_seed[a].keys() == by_seed[b].keys()  # noqa: E731
     if {"co", "model"} <= set(held) and len(held["co"]) > 1 and len(held["model"]) > 1:
-        summary["P4"] = p4(held["co"], held["model"], base["heldout"][str(train_steps)])
+        summary["P4"] = p4(held["co"], held["model"], base["heldout"][str(train_steps)], same_seeds("co", "model"))
     if "co:prompt" in held and "co" in held:
-        summary["prompt_vs_per_step"] = difference(held["co:prompt"], held["co"])
+        summary["prompt_vs_per_step"] = difference(held["co:prompt"], held["co"], same_seeds("co:prompt", "co"))
     if "co" in held:
         co4 = [r["trained"]["heldout"]["4"] for r in report["seeds"] if r["mode"] == "co"]
         summary["P5"] = {"co_at_4": interval(co4), "base_at_8": base["heldout"]["8"]}
@@ -187,12 +205,14 @@ def markdown(report: dict, summary: dict, train_steps: int) -> str:
                      f"{r['trained']['heldout'][str(train_steps)]:.3f} |")
     if "P4" in summary:
         p = summary["P4"]
+        paired = f"; [{p['paired_low']:.2f}, {p['paired_high']:.2f}] paired by seed" if "paired_low" in p else ""
         lines += ["", f"**P4** = (co − base) ÷ (model − base), held-out at {train_steps} steps: {p['P4']:.2f} "
-                  f"[{p['low']:.2f}, {p['high']:.2f}] (95% bootstrap over seeds; goal ≥ 1.3)."]
+                  f"[{p['low']:.2f}, {p['high']:.2f}] (95% bootstrap over seeds{paired}; goal ≥ 1.3)."]
     if "prompt_vs_per_step" in summary:
         d = summary["prompt_vs_per_step"]
+        paired = f"; [{d['paired_low']:+.3f}, {d['paired_high']:+.3f}] paired by seed" if "paired_low" in d else ""
         lines += ["", f"**Prompt-conditioned vs per-step schedule policy** (co, held-out at {train_steps} steps): "
-                  f"{d['difference']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] (95% bootstrap over seeds)."]
+                  f"{d['difference']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] (95% bootstrap over seeds{paired})."]
     if "P5" in summary:
         m, lo, hi = summary["P5"]["co_at_4"]
         lines += ["", f"**P5**: co at 4 steps {m:.3f} [{lo:.3f}, {hi:.3f}] vs base at 8 steps "
@@ -209,7 +229,17 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default="reports/modes")
     ap.add_argument("--set", default="{}", help="params overrides for every run, JSON")
     ap.add_argument("--reuse", help="an earlier report whose matching seeded runs are taken, not rerun")
+    ap.add_argument("--summarize", action="store_true", help="only rewrite <out>.md (and the summary) from <out>.json")
     args = ap.parse_args(argv)
+    if args.summarize:
+        from cogrpo.io import write_json, write_text_atomic
+
+        report = json.loads(Path(f"{args.out}.json").read_text())
+        report["summary"] = summarize(report, report["train_steps"])
+        write_json(f"{args.out}.json", report)
+        write_text_atomic(f"{args.out}.md", markdown(report, report["summary"], report["train_steps"]))
+        print(Path(f"{args.out}.md").read_text())
+        return report
 
     from adapters.env import apply_defaults
 

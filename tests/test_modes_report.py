@@ -34,6 +34,18 @@ def test_p4_is_the_ratio_of_gains_over_base_with_an_interval_around_it():
     assert noisy["high"] - noisy["low"] > p["high"] - p["low"]
 
 
+def test_a_paired_interval_is_tighter_when_the_seeds_move_both_modes_alike():
+    """Seed by seed co is model + 0.05, but the seeds move both by ±0.1: resampled together the difference is
+    exactly 0.05; resampled apart, the seeds' spread shows up as uncertainty."""
+    model = [0.5, 0.6, 0.7, 0.55, 0.65]
+    co = [m + 0.05 for m in model]
+    d = modes.difference(co, model, paired=True)
+    assert d["paired_low"] == pytest.approx(0.05) and d["paired_high"] == pytest.approx(0.05)
+    assert d["low"] < 0 < d["high"]
+    p = modes.p4(co, model, base=0.4, paired=True)
+    assert p["paired_high"] - p["paired_low"] < p["high"] - p["low"]
+
+
 def _run(mode, seed, held8, held4=0.3):
     scores = {str(t): held8 if t == 8 else held4 for t in modes.STEPS}
     return {"mode": mode, "seed": seed, "trained": {"heldout": scores, "seen": scores},
@@ -52,7 +64,7 @@ def test_summary_and_markdown_give_every_mode_p4_p5_and_the_prompt_policy_differ
     assert summary["P5"]["co_at_4"][0] == pytest.approx(0.3) and summary["P5"]["base_at_8"] == 0.5
     assert summary["modes"]["model"]["entropy"]["8"][0] == pytest.approx(1.05)
     text = modes.markdown(report, summary, 8)
-    assert "**P4**" in text and "**P5**" in text and "| co:prompt |" in text and "## colour entropy" in text
+    assert "paired by seed" in text and "**P4**" in text and "**P5**" in text and "| co:prompt |" in text and "## colour entropy" in text
 
 
 def test_runs_reused_from_a_report_without_entropies_are_summarised_and_named():
