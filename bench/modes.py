@@ -6,7 +6,8 @@ at its best setting, all at the default rollout budget; held-out and seen GenEva
 2. Seeds: every mode at its best point, --seeds.
 3. Report: per mode, split and step count, the mean over seeds and its 95% t-interval; P4 = (co − base) ÷
    (model − base) held-out at the trained step count, with a 95% bootstrap interval over seeds (goal ≥ 1.3);
-   P5 = co at 4 steps − base at 8 steps, held-out.
+   P5 = co at 4 steps − base at 8 steps, held-out. P4 and co:prompt − co also get a paired interval (seeds
+   resampled together) where both sides have the same seeds.
 
 Each run is the `pipeline` Prefect flow (its MLflow parent run and nested stage runs) with the run's overrides,
 the benchmark stage evaluating the trained model under its learned schedule at every step count on the held-out
@@ -81,7 +82,7 @@ def bootstrap(statistic, a: list[float], b: list[float], paired: bool = False,
               draws: int = 10_000) -> tuple[float, float, float]:
     """statistic(mean a, mean b) and its 95% bootstrap interval: each side's seeds resampled on their own, or
     (paired: a[i] and b[i] are the same seed) the seeds resampled together, which the shared prompt draws and noise
-    of a seed make the tighter, fairer interval."""
+    of a seed make the fairer interval, usually the tighter."""
     rng = np.random.default_rng(0)
     a, b = np.asarray(a), np.asarray(b)
     if paired:

@@ -13,7 +13,7 @@ that spent no time outside them would reach; `outside_kernels` = the share of th
 math backend (`kernels.attention.math_backend_seconds`): is the flash kernel the faster path at these shapes?
 --compile times the sampler with the MDM's guided forward under torch.compile (inductor: the GELUs, layer norms and
 concatenations fused around the GEMMs), after a warm-up that compiles it; the kernels are not replayed then. Not
-the sampler's default: compiled kernels round differently, and the compilation costs about a minute per process.
+the sampler's default: compiled kernels round differently, and the compilation costs seconds to minutes per process (inductor's cache).
 Usage: python bench/sampler_throughput.py [--model models/base] [--batch 256] [--steps 8] [--compile]
 """
 

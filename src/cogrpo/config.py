@@ -273,8 +273,8 @@ class TrainConfig(_Section):
     kl_beta: float = Field(0.05, ge=0, description="Weight β of the k3 KL of θ to the frozen starting model.")
     extra_steps: list[int] = Field(
         default_factory=list, description="Inference step counts trained beside schedule.steps, each with its own "
-        "schedule policy; iterations cycle through [schedule.steps, *extra_steps]. Guards accuracy at those step "
-        "counts (training at one step count alone lowers it at the others).")
+        "schedule policy (or one shared: share_schedule); iterations cycle through [schedule.steps, *extra_steps]. "
+        "With [4] at co's tuned point: +0.03-0.08 held-out at 4 steps, some of 8's lost (README, P5).")
     share_schedule: bool = Field(
         False, exclude_if=lambda v: not v, description="With extra_steps: one schedule policy for every step count, "
         "its per-step parameters at schedule.steps read at another count by decoding progress (linear interpolation "
