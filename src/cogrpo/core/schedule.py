@@ -87,7 +87,7 @@ def transfer(knobs: torch.Tensor, base: torch.Tensor, new_base: torch.Tensor) ->
 def progress_weights(T: int, T_new: int) -> torch.Tensor:
     """(T_new, T): row i linearly interpolates T per-step values at the decoding progress of step i of T_new (step
     centres matched), the same weights `transfer` uses; the identity when T_new == T. (`transfer` keeps its own
-    gather-and-lerp: as a matrix product its rounding would move every committed figure at other step counts.)"""
+    gather-and-lerp: as a matrix product its rounding could move the committed figures at other step counts.)"""
     src = (torch.arange(T_new, dtype=torch.float32) + 0.5) * T / T_new - 0.5
     lo = src.floor().clamp(0, T - 1).long()
     hi = (lo + 1).clamp(max=T - 1)
