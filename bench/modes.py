@@ -94,24 +94,24 @@ def bootstrap(statistic, a: list[float], b: list[float], paired: bool = False,
     return float(statistic(a.mean(), b.mean())), float(low), float(high)
 
 
-def p4(co: list[float], model: list[float], base: float, paired: bool = False) -> dict:
-    """(mean co − base) ÷ (mean model − base), with its bootstrap interval (and the paired one, co[i] and model[i]
-    being the same seed)."""
-    ratio = lambda c, m: (c - base) / (m - base)  # noqa: E731
-    point, low, high = bootstrap(ratio, co, model)
-    out = {"P4": point, "low": low, "high": high}
+def estimate(name: str, statistic, a: list[float], b: list[float], paired: bool = False) -> dict:
+    """{name: statistic(mean a, mean b), low, high} by the bootstrap, and paired_low, paired_high when a[i] and b[i]
+    are the same seed."""
+    point, low, high = bootstrap(statistic, a, b)
+    out = {name: point, "low": low, "high": high}
     if paired:
-        out["paired_low"], out["paired_high"] = bootstrap(ratio, co, model, paired=True)[1:]
+        out["paired_low"], out["paired_high"] = bootstrap(statistic, a, b, paired=True)[1:]
     return out
+
+
+def p4(co: list[float], model: list[float], base: float, paired: bool = False) -> dict:
+    """(mean co − base) ÷ (mean model − base), with its intervals."""
+    return estimate("P4", lambda c, m: (c - base) / (m - base), co, model, paired)
 
 
 def difference(a: list[float], b: list[float], paired: bool = False) -> dict:
-    """mean(a) − mean(b), with its bootstrap interval (and the paired one)."""
-    point, low, high = bootstrap(lambda x, y: x - y, a, b)
-    out = {"difference": point, "low": low, "high": high}
-    if paired:
-        out["paired_low"], out["paired_high"] = bootstrap(lambda x, y: x - y, a, b, paired=True)[1:]
-    return out
+    """mean(a) − mean(b), with its intervals."""
+    return estimate("difference", lambda x, y: x - y, a, b, paired)
 
 
 def run(mode: str, seed: int, overrides: dict, variants: list[str], checker) -> dict:
@@ -221,6 +221,16 @@ def markdown(report: dict, summary: dict, train_steps: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_report(report: dict, out: str) -> None:
+    """<out>.json, and once a seeded run and the base are in, its summary and <out>.md."""
+    from cogrpo.io import write_json, write_text_atomic
+
+    if report["seeds"] and report["base"]:
+        report["summary"] = summarize(report, report["train_steps"])
+        write_text_atomic(f"{out}.md", markdown(report, report["summary"], report["train_steps"]))
+    write_json(f"{out}.json", report)
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -233,12 +243,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--summarize", action="store_true", help="only rewrite <out>.md (and the summary) from <out>.json")
     args = ap.parse_args(argv)
     if args.summarize:
-        from cogrpo.io import write_json, write_text_atomic
-
         report = json.loads(Path(f"{args.out}.json").read_text())
-        report["summary"] = summarize(report, report["train_steps"])
-        write_json(f"{args.out}.json", report)
-        write_text_atomic(f"{args.out}.md", markdown(report, report["summary"], report["train_steps"]))
+        write_report(report, args.out)
         print(Path(f"{args.out}.md").read_text())
         return report
 
@@ -246,7 +252,6 @@ def main(argv: list[str] | None = None) -> dict:
 
     apply_defaults()
     from adapters.prefect_api import temporary_api
-    from cogrpo.io import write_json, write_text_atomic
     from cogrpo.validate import load_params, with_overrides
     from cogrpo.world.checker import Checker
     from cogrpo.world.scenes import World
@@ -284,11 +289,7 @@ def main(argv: list[str] | None = None) -> dict:
         return old | {"reused_from": args.reuse, "base": earlier["base"], "base_entropy": earlier.get("base_entropy")}
 
     def save() -> None:
-        write_json(f"{args.out}.json", report)
-        if report["seeds"] and report["base"]:
-            summary = report["summary"] = summarize(report, train_steps)
-            write_json(f"{args.out}.json", report)
-            write_text_atomic(f"{args.out}.md", markdown(report, summary, train_steps))
+        write_report(report, args.out)
 
     with temporary_api():
         for mode in args.modes:
