@@ -48,3 +48,28 @@ def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
     """Per-element k3 estimator of KL(π‖π_ref) from samples of π: exp(ref − π) − (ref − π) − 1 ≥ 0."""
     d = logp_ref - logp
     return torch.exp(d) - d - 1
+
+
+def token_policy_loss(logp_tok: torch.Tensor, ref_tok: torch.Tensor, committed: torch.Tensor,
+                      logp_old: torch.Tensor, advantages: torch.Tensor, *, clip_eps: float, kl_beta: float,
+                      share: float, cells: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """The model's loss over one slice of a batch, so that the slices' gradients add up to the whole batch's.
+
+    logp_tok, ref_tok, committed: (n, S, N) per-cell log-probs under θ and θ_ref and the cells each trained step
+    committed; logp_old (n, S) the rollout's; advantages (n, 1). The token action of a step is every cell it
+    committed (one joint ratio); the surrogate is weighted by the slice's share of the global batch, the k3 KL is
+    normalised by the global batch's committed `cells`. Metrics come weighted the same way, so they add up too."""
+    sur = clipped_surrogate((logp_tok * committed).sum(-1), logp_old, advantages, clip_eps)
+    kl = (k3_kl(logp_tok, ref_tok) * committed).sum() / cells
+    metrics = {"model/loss": share * sur.loss.item(), "model/kl": kl.item(),
+               "model/clip_fraction": share * sur.clip_fraction, "model/ratio_mean": share * sur.ratio_mean}
+    return share * sur.loss + kl_beta * kl, metrics
+
+
+def schedule_policy_loss(logp: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor, *,
+                         clip_eps: float, share: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """The schedule policy's loss over a batch: the clipped surrogate of its per-step actions' log-probs (n, S),
+    weighted by the batch's share of the global batch (no KL: φ has no reference)."""
+    sur = clipped_surrogate(logp, logp_old, advantages, clip_eps)
+    return share * sur.loss, {"schedule/loss": share * sur.loss.item(), "schedule/clip_fraction":
+                              share * sur.clip_fraction, "schedule/ratio_mean": share * sur.ratio_mean}

@@ -27,7 +27,8 @@ from cogrpo.config import TrainConfig
 from cogrpo.core.batch import GroupedBatch
 from cogrpo.core.distributed import SINGLE, Ranks
 from cogrpo.core.generator import Generator
-from cogrpo.core.grpo import clipped_surrogate, group_advantages, k3_kl, zero_std_fraction
+from cogrpo.core.grpo import (clipped_surrogate, group_advantages, k3_kl, schedule_policy_loss, token_policy_loss,
+                              zero_std_fraction)
 from cogrpo.core.policy import ProgressSchedulePolicy, PromptSchedulePolicy, SchedulePolicy
 from cogrpo.core.sampler import Trajectory, sample, trajectory_token_logprobs
 from cogrpo.core.schedule import KNOBS
@@ -149,9 +150,110 @@ class CoGRPO:
 
     # ---- update --------------------------------------------------------------------------------------
     def update(self, batch: GroupedBatch, ro: Rollout, rewards: torch.Tensor) -> dict:
+        """One GRPO update from the batch's rollout and its rewards (B·G,); with several ranks, this rank's share.
+
+        The one update path: the loss of every policy is its share of the global batch's (one process: share 1),
+        the model's taken in slices of train.micro_batch trajectories (one slice: the whole batch), each slice's
+        backward run at once; gradients and metrics are then summed over the ranks (a no-op for one process), so
+        every rank takes the same step as one process holding the whole batch."""
+        cfg, ranks = self.cfg, self.ranks
+        everyone = ranks.gather(rewards)  # prompt-major across ranks, as one process would hold them
+        metrics: dict = {"reward_mean": everyone.mean().item(), "reward_std": everyone.std(unbiased=False).item(),
+                         "zero_std_groups": zero_std_fraction(everyone.view(-1, batch.group_size)),
+                         "steps": float(ro.traj.steps)}
+        if not torch.isfinite(everyone).all():
+            self.iteration += 1
+            return metrics | {"skipped": 1.0}
+        adv = group_advantages(batch.groups(rewards), cfg.scale_by_std).flatten()[:, None]
+        cond, T = batch.trajectory_cond(), ro.traj.steps
+        n_steps = max(1, math.ceil(cfg.step_fraction * T))
+        gen = iteration_generator(cfg.seed, self.iteration, 2)
+        skipped = 0
+        for _ in range(cfg.inner_epochs):
+            # one random subset of steps per epoch, shared by the batch, so the recompute is one forward
+            steps = torch.randperm(T, generator=gen)[:n_steps].sort().values
+            for opt in self._optimizers():
+                opt.zero_grad(set_to_none=True)
+            part: dict[str, float] = {}
+            if self.train_model:
+                part |= self._model_backward(ro.traj, cond, steps, adv, len(everyone))
+            if self.train_schedule:
+                part |= self._schedule_backward(ro, steps, adv, len(rewards) / len(everyone))
+            part = self._sum_over_ranks(part)
+            if not all(math.isfinite(v) for v in part.values()):
+                skipped += 1
+                for opt in self._optimizers():
+                    opt.zero_grad(set_to_none=True)
+                continue
+            metrics |= part
+            if self.train_model:
+                metrics["model/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.trained, cfg.max_grad_norm).item()
+                self.opt_model.step()
+            if self.train_schedule:
+                # every policy's parameters: the step count's own, or the shared one's (the others have no gradient)
+                metrics["schedule/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.policies.parameters(),
+                                                                               cfg.max_grad_norm).item()
+                self.opt_sched.step()
+        self.model.eval()
+        self.iteration += 1
+        return metrics | {"skipped": float(skipped)} | self.schedule_metrics()
+
+    def _optimizers(self) -> list[torch.optim.Optimizer]:
+        return [opt for opt in (self.opt_model, self.opt_sched) if opt]
+
+    def _model_backward(self, traj: Trajectory, cond, steps: torch.Tensor, adv: torch.Tensor, n: int) -> dict:
+        """θ's gradient of its share of the loss of the global batch of n trajectories, accumulated over slices of
+        train.micro_batch trajectories (the activations of one slice in memory); the slices' metrics summed."""
+        cfg, device = self.cfg, self.model.device
+        self.model.train()
+        cells = (traj.commit_step[:, None, :] == steps[None, :, None]).sum().reshape(1)
+        self.ranks.sum_([cells])  # the KL is normalised by the global batch's committed cells
+        cells = cells[0].clamp(min=1).to(device)
+        size = cfg.micro_batch or len(adv)
+        total: dict[str, float] = {}
+        for start in range(0, len(adv), size):
+            rows = slice(start, start + size)
+            part, part_cond = traj[rows], cond[rows]
+            lp_tok, committed = trajectory_token_logprobs(self.model, part, part_cond, steps)
+            with torch.no_grad():
+                ref_tok, _ = trajectory_token_logprobs(self.ref, part, part_cond, steps)
+            loss, metrics = token_policy_loss(lp_tok, ref_tok, committed, part.logp[:, steps].to(device),
+                                              adv[rows].to(device), clip_eps=cfg.clip_eps, kl_beta=cfg.kl_beta,
+                                              share=len(adv[rows]) / n, cells=cells)
+            loss.backward()
+            total = {k: total.get(k, 0.0) + v for k, v in metrics.items()}
+        return total
+
+    def _schedule_backward(self, ro: Rollout, steps: torch.Tensor, adv: torch.Tensor, share: float) -> dict:
+        """φ's gradient of its share of the global batch's loss, over the step count's policy."""
+        logp = self.policies[str(ro.traj.steps)].log_prob(ro.actions, ro.context)[:, steps]
+        loss, metrics = schedule_policy_loss(logp, ro.sched_logp[:, steps], adv, clip_eps=self.cfg.clip_eps,
+                                             share=share)
+        loss.backward()
+        return metrics
+
+    def _sum_over_ranks(self, metrics: dict[str, float]) -> dict[str, float]:
+        """The trained parameters' gradients and the metrics summed over the ranks, in one all-reduce (one process:
+        unchanged). A parameter without a gradient on this rank (a step count not trained this iteration) joins as
+        zeros, since every rank must reduce the same tensors, and leaves without one again, as Adam skips it."""
+        if self.ranks.world == 1:
+            return metrics
+        params = ((self.trained if self.train_model else [])
+                  + (list(self.policies.parameters()) if self.train_schedule else []))
+        unused = [p for p in params if p.grad is None]
+        for p in unused:
+            p.grad = torch.zeros_like(p)
+        summed = torch.tensor(list(metrics.values()), dtype=torch.float64)
+        self.ranks.sum_([p.grad for p in params] + [summed])
+        for p in unused:
+            p.grad = None
+        return dict(zip(metrics, summed.tolist()))
+
+    # ---- legacy update (to be deleted once the equivalence test passed) --------------------------------------------------------------------------------------
+    def _legacy_update(self, batch: GroupedBatch, ro: Rollout, rewards: torch.Tensor) -> dict:
         """One GRPO update from the batch's rollout and its rewards (B·G,)."""
         if self.ranks.world > 1:
-            return self._update_ranks(batch, ro, rewards)
+            return self._legacy_update_ranks(batch, ro, rewards)
         cfg = self.cfg
         metrics: dict = {"reward_mean": rewards.mean().item(), "reward_std": rewards.std(unbiased=False).item(),
                          "zero_std_groups": zero_std_fraction(batch.groups(rewards)), "steps": float(ro.traj.steps)}
@@ -173,7 +275,7 @@ class CoGRPO:
                     opt.zero_grad(set_to_none=True)
             if self.train_model and cfg.micro_batch and cfg.micro_batch < len(adv):
                 self.model.train()
-                value, model_metrics = self._accumulate_model_grads(ro.traj, cond, steps, adv)
+                value, model_metrics = self._legacy_accumulate(ro.traj, cond, steps, adv)
                 loss = torch.tensor(value)  # its gradients are already in .grad
                 metrics |= model_metrics
             elif self.train_model:  # the token action of a step: every cell it committed, one joint ratio
@@ -211,7 +313,7 @@ class CoGRPO:
         self.iteration += 1
         return metrics | {"skipped": float(skipped)} | self.schedule_metrics()
 
-    def _update_ranks(self, batch: GroupedBatch, ro: Rollout, rewards: torch.Tensor) -> dict:
+    def _legacy_update_ranks(self, batch: GroupedBatch, ro: Rollout, rewards: torch.Tensor) -> dict:
         """update() of one rank of several: the rank's loss is its share of the global batch's, its gradients and
         metrics are summed over the ranks (one all-reduce per epoch), so every rank takes the same step."""
         cfg, ranks = self.cfg, self.ranks
@@ -240,7 +342,7 @@ class CoGRPO:
                 self.model.train()
                 cells = (ro.traj.commit_step[:, None, :] == steps[None, :, None]).sum().reshape(1)
                 ranks.sum_([cells])  # the KL is normalised by the global batch's committed cells
-                value, model_metrics = self._accumulate_model_grads(ro.traj, cond, steps, adv, len(everyone),
+                value, model_metrics = self._legacy_accumulate(ro.traj, cond, steps, adv, len(everyone),
                                                                     cells[0].clamp(min=1).to(self.model.device))
                 part |= {"loss": value} | model_metrics
             if self.train_schedule:
@@ -273,7 +375,7 @@ class CoGRPO:
         self.iteration += 1
         return metrics | {"skipped": float(skipped)} | self.schedule_metrics()
 
-    def _accumulate_model_grads(self, traj: Trajectory, cond, steps: torch.Tensor, adv: torch.Tensor,
+    def _legacy_accumulate(self, traj: Trajectory, cond, steps: torch.Tensor, adv: torch.Tensor,
                                 n: int | None = None, cells: torch.Tensor | None = None) -> tuple[float, dict]:
         """The model's loss over the batch in slices of train.micro_batch trajectories, each slice's backward run
         at once: the gradient of the whole batch's loss (each slice's surrogate weighted by its share, the KL
