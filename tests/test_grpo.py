@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from cogrpo.config import ScheduleConfig, TrainConfig
-from cogrpo.core.grpo import clipped_surrogate, group_advantages, k3_kl, zero_std_fraction
+from cogrpo.core.grpo import (clipped_surrogate, group_advantages, k3_kl, schedule_policy_loss, token_policy_loss,
+                              zero_std_fraction)
 from cogrpo.backbones.embedded import EmbeddedGenerator
 from cogrpo.backbones.mdm import MDM, MDMConfig
 from cogrpo.core.generator import Condition
@@ -46,6 +47,50 @@ def test_k3_kl_is_an_unbiased_nonnegative_estimator():
     assert (est >= 0).all()
     assert math.isclose(est.mean().item(), torch.distributions.kl_divergence(p, q).item(), rel_tol=0.03)
     assert k3_kl(torch.tensor(-1.0), torch.tensor(-1.0)) == 0
+
+
+def test_slices_of_the_token_loss_add_up_to_the_whole_batch():
+    """Each slice weighted by its share, the KL by the whole batch's committed cells: the gradients and metrics of
+    the slices sum to the whole batch's, which is how micro-batches and ranks compute what one process does."""
+    g = torch.Generator().manual_seed(0)
+    n, S, N = 6, 3, 5
+    logits = torch.randn(n, S, N, generator=g, requires_grad=True)
+    ref, old = torch.randn(n, S, N, generator=g), torch.randn(n, S, generator=g)
+    committed, adv = torch.rand(n, S, N, generator=g) < 0.4, torch.randn(n, 1, generator=g)
+    cells = committed.sum()
+    kwargs = dict(clip_eps=0.2, kl_beta=0.1, cells=cells)
+    whole, whole_metrics = token_policy_loss(logits, ref, committed, old, adv, share=1.0, **kwargs)
+    (whole_grad,) = torch.autograd.grad(whole, logits)
+    parts = [token_policy_loss(logits[rows], ref[rows], committed[rows], old[rows], adv[rows], share=2 / n, **kwargs)
+             for rows in (slice(0, 2), slice(2, 4), slice(4, 6))]
+    (sliced_grad,) = torch.autograd.grad(sum(loss for loss, _ in parts), logits)
+    assert torch.allclose(whole_grad, sliced_grad, atol=1e-6) and whole_grad.abs().sum() > 0
+    for key, value in whole_metrics.items():
+        assert math.isclose(sum(m[key] for _, m in parts), value, rel_tol=1e-5, abs_tol=1e-7), key
+    kl = (k3_kl(logits, ref) * committed).sum() / cells
+    assert math.isclose(whole_metrics["model/kl"], kl.item(), rel_tol=1e-6)
+    schedule_whole, _ = schedule_policy_loss(old, old.detach(), adv, clip_eps=0.2, share=1.0)
+    schedule_half, _ = schedule_policy_loss(old[:3], old[:3], adv[:3], clip_eps=0.2, share=0.5)
+    assert math.isclose(schedule_half.item(), 0.5 * -adv[:3].mean().item(), rel_tol=1e-6)
+    assert math.isclose(schedule_whole.item(), -adv.mean().item(), rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["co", "model"])
+def test_a_micro_batched_update_is_the_whole_batch_update(mode):
+    """train.micro_batch changes memory, not the step: the same gradient and metrics up to float rounding (the
+    gradient is compared, not the weights: Adam's first step is about lr·sign(g), which rounding flips where g ≈ 0)."""
+    batch, r = _batch(), torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
+    results = []
+    for micro in (None, 3):
+        tr = _tiny_trainer(mode, micro_batch=micro)
+        metrics = tr.update(batch, tr.rollout(batch), r)
+        results.append(([p.grad.clone() for p in tr.trained], metrics))
+    (whole, m_whole), (sliced, m_sliced) = results
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(whole, sliced))
+    assert sum(g.abs().sum() for g in whole) > 0
+    assert m_whole.keys() == m_sliced.keys()
+    for key, value in m_whole.items():
+        assert math.isclose(value, m_sliced[key], rel_tol=1e-4, abs_tol=1e-6), key
 
 
 def test_policy_log_prob_matches_torch_distributions():
