@@ -256,7 +256,9 @@ class RewardModelsConfig(_Section):
     clip: ClipFiles = ClipFiles()
 
 
-Knob = Literal["ratio", "temperature", "remask_temperature", "cfg"]  # cogrpo.core.schedule.KNOBS, in order
+# The four per-step knobs, in the order of the last axis of every knob tensor (cogrpo.core.schedule.KNOBS derives from
+# it): the ratio first, since it alone maps to pre-activation space by a logit rather than an inverse softplus.
+Knob = Literal["ratio", "temperature", "remask_temperature", "cfg"]
 
 
 class TrainConfig(_Section):

@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from cogrpo.core.generator import Condition, Generator
-from cogrpo.core.schedule import masked_counts
+from cogrpo.core.schedule import CFG, RATIO, REMASK_TEMPERATURE, TEMPERATURE, masked_counts
 
 
 @dataclass
@@ -63,8 +63,8 @@ def _gumbel(u: torch.Tensor) -> torch.Tensor:
 
 def step_logprobs(gen: Generator, x: torch.Tensor, cond: Condition, knobs_t: torch.Tensor) -> torch.Tensor:
     """log softmax(guided logits / τ_s) at one step: (n, N, V), in float32 whatever the generator's dtype."""
-    logits = gen.guided_logits(x, cond, knobs_t[:, 3]).float()
-    return torch.log_softmax(logits / knobs_t[:, 1, None, None], -1)
+    logits = gen.guided_logits(x, cond, knobs_t[:, CFG]).float()
+    return torch.log_softmax(logits / knobs_t[:, TEMPERATURE, None, None], -1)
 
 
 @torch.no_grad()
@@ -75,7 +75,7 @@ def sample(gen: Generator, cond: Condition, knobs: torch.Tensor, seeds: torch.Te
     n, N, V, mask_id, device = len(seeds), gen.n_tokens, gen.codebook_size, gen.mask_id, gen.device
     knobs = (knobs.expand(n, -1, -1) if knobs.dim() == 2 else knobs).to(device)
     T = knobs.shape[1]
-    counts = masked_counts(knobs[..., 0].cpu(), N).to(device)
+    counts = masked_counts(knobs[..., RATIO].cpu(), N).to(device)
     rngs = [torch.Generator(device).manual_seed(int(s)) for s in seeds]
     x = torch.full((n, N), mask_id, dtype=torch.long, device=device)
     commit_step = torch.full((n, N), T, dtype=torch.long, device=device)
@@ -86,7 +86,7 @@ def sample(gen: Generator, cond: Condition, knobs: torch.Tensor, seeds: torch.Te
         y = (lp + _gumbel(noise[..., :V])).argmax(-1)
         lp_y = lp.gather(-1, y[..., None])[..., 0]
         masked = x == mask_id
-        conf = torch.where(masked, lp_y + knobs[:, t, 2, None] * _gumbel(noise[..., V]), -torch.inf)
+        conf = torch.where(masked, lp_y + knobs[:, t, REMASK_TEMPERATURE, None] * _gumbel(noise[..., V]), -torch.inf)
         k = masked.sum(1) - counts[:, t]
         rank = conf.argsort(dim=1, descending=True, stable=True).argsort(dim=1)
         commit = rank < k[:, None]

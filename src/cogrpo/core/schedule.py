@@ -15,14 +15,19 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import get_args
 
 import torch
 import torch.nn.functional as F
 
-from cogrpo.config import ScheduleConfig
+from cogrpo.config import Knob, ScheduleConfig
 from cogrpo.errors import InputError
 
-KNOBS = ("ratio", "temperature", "remask_temperature", "cfg")
+KNOBS: tuple[str, ...] = get_args(Knob)  # the last axis of every (…, T, 4) knob tensor
+POSITION: dict[str, int] = {name: i for i, name in enumerate(KNOBS)}  # a knob's place on that axis, by name
+RATIO, TEMPERATURE, REMASK_TEMPERATURE, CFG = (POSITION[k] for k in ("ratio", "temperature", "remask_temperature",
+                                                                      "cfg"))
+assert RATIO == 0, "to_preactivation maps the first knob by a logit, the rest by an inverse softplus"
 _EPS = 1e-4
 
 
@@ -49,8 +54,9 @@ def base_knobs(cfg: ScheduleConfig) -> torch.Tensor:
         remask = torch.linspace(cfg.remask_temperature, 0, T)
     else:
         remask = cfg.remask_temperature * (1 - torch.arange(T, dtype=torch.float32) / T)
-    return torch.stack([base_ratios(cfg.ratio_curve, T), torch.full((T,), cfg.temperature), remask,
-                        torch.full((T,), cfg.cfg)], -1)
+    values = {"ratio": base_ratios(cfg.ratio_curve, T), "temperature": torch.full((T,), cfg.temperature),
+              "remask_temperature": remask, "cfg": torch.full((T,), cfg.cfg)}
+    return torch.stack([values[k] for k in KNOBS], -1)
 
 
 def _inv_softplus(y: torch.Tensor) -> torch.Tensor:
@@ -59,12 +65,12 @@ def _inv_softplus(y: torch.Tensor) -> torch.Tensor:
 
 def to_preactivation(knobs: torch.Tensor) -> torch.Tensor:
     """Knob values → pre-activation space (the ratio is clamped away from 0 and 1 first)."""
-    ratio = knobs[..., 0].clamp(_EPS, 1 - _EPS)
-    return torch.cat([torch.logit(ratio)[..., None], _inv_softplus(knobs[..., 1:].clamp(min=_EPS))], -1)
+    ratio = knobs[..., RATIO].clamp(_EPS, 1 - _EPS)  # the first knob (config.Knob); the rest are positive scales
+    return torch.cat([torch.logit(ratio)[..., None], _inv_softplus(knobs[..., RATIO + 1:].clamp(min=_EPS))], -1)
 
 
 def from_preactivation(z: torch.Tensor) -> torch.Tensor:
-    return torch.cat([torch.sigmoid(z[..., :1]), F.softplus(z[..., 1:])], -1)
+    return torch.cat([torch.sigmoid(z[..., :RATIO + 1]), F.softplus(z[..., RATIO + 1:])], -1)
 
 
 def apply_actions(base: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -139,7 +145,7 @@ def load_schedule(path: str | Path) -> torch.Tensor:
         knobs = torch.tensor([[float(r[k]) for k in KNOBS] for r in rows])
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise InputError(f"{path}: not a schedule file ({type(err).__name__}: {err})") from None
-    bad = (knobs[:, 1:] <= 0).any() or (knobs[:, 0] < 0).any() or (knobs[:, 0] > 1).any()
+    bad = (knobs[:, RATIO + 1:] <= 0).any() or (knobs[:, RATIO] < 0).any() or (knobs[:, RATIO] > 1).any()
     if len(knobs) == 0 or bad:
         raise InputError(f"{path}: knob values out of range (ratio in [0,1], others > 0)")
     return knobs
