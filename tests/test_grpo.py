@@ -75,6 +75,22 @@ def test_slices_of_the_token_loss_add_up_to_the_whole_batch():
     assert math.isclose(schedule_whole.item(), -adv.mean().item(), rel_tol=1e-6)
 
 
+def test_an_untrained_cell_far_below_the_reference_leaves_the_kl_finite():
+    """At a cell unmasked before the step the model's output is untrained; once it drifts 100 nats below the
+    reference, exp(ref − π) overflows. Masking by multiplication made that inf · 0 = NaN in the KL and its gradient
+    (the NaN KLs of the default run); the loss selects committed cells first."""
+    committed = torch.tensor([[[True, False, True]]])
+    logp = torch.tensor([[[-1.0, -200.0, -2.0]]], requires_grad=True)
+    ref = torch.tensor([[[-1.5, -0.1, -2.5]]])
+    assert torch.isnan((k3_kl(logp, ref) * committed).sum())  # the old masking
+    loss, metrics = token_policy_loss(logp, ref, committed, torch.tensor([[-3.0]]), torch.ones(1, 1), clip_eps=0.2,
+                                      kl_beta=0.1, share=1.0, cells=committed.sum())
+    loss.backward()
+    assert math.isfinite(metrics["model/kl"]) and torch.isfinite(logp.grad).all()
+    expected = (k3_kl(logp[committed], ref[committed])).sum() / 2
+    assert math.isclose(metrics["model/kl"], expected.item(), rel_tol=1e-6) and logp.grad[0, 0, 1] == 0
+
+
 @pytest.mark.parametrize("mode", ["co", "model"])
 def test_a_micro_batched_update_is_the_whole_batch_update(mode):
     """train.micro_batch changes memory, not the step: the same gradient and metrics up to float rounding (the

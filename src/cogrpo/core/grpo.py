@@ -59,8 +59,12 @@ def token_policy_loss(logp_tok: torch.Tensor, ref_tok: torch.Tensor, committed: 
     committed; logp_old (n, S) the rollout's; advantages (n, 1). The token action of a step is every cell it
     committed (one joint ratio); the surrogate is weighted by the slice's share of the global batch, the k3 KL is
     normalised by the global batch's committed `cells`. Metrics come weighted the same way, so they add up too."""
-    sur = clipped_surrogate((logp_tok * committed).sum(-1), logp_old, advantages, clip_eps)
-    kl = (k3_kl(logp_tok, ref_tok) * committed).sum() / cells
+    # cells not committed at a step are selected out *before* any arithmetic, not multiplied by 0: at cells already
+    # unmasked the model's output is untrained and free to drift, so exp(ref − π) there overflows to inf, and
+    # inf · 0 is NaN in the KL and in its gradient (the default run's NaN KLs). Same values wherever it is finite.
+    logp_tok = torch.where(committed, logp_tok, 0.0)
+    sur = clipped_surrogate(logp_tok.sum(-1), logp_old, advantages, clip_eps)
+    kl = k3_kl(logp_tok, torch.where(committed, ref_tok, 0.0)).sum() / cells
     metrics = {"model/loss": share * sur.loss.item(), "model/kl": kl.item(),
                "model/clip_fraction": share * sur.clip_fraction, "model/ratio_mean": share * sur.ratio_mean}
     return share * sur.loss + kl_beta * kl, metrics
