@@ -20,7 +20,7 @@ from tests.tiny import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 LEFT_OUT = ("make ", "prefect server start", "export PREFECT_API_URL", "python -m pipelines.serve", "mlflow ui",
-            "MLFLOW_TRACKING_URI=sqlite:///$PWD/mlflow.db dvc queue start", "python bench/", "bash bench/")
+            "MLFLOW_TRACKING_URI=sqlite:///$PWD/mlflow.db dvc queue start", "python bench/")
 
 
 def readme_commands() -> list[str]:
