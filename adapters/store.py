@@ -25,8 +25,8 @@ from cogrpo.io import MANIFEST, atomic_dir, content_hash, write_manifest
 
 
 def params_key(params: Params, sections: tuple[str, ...], drop: tuple[str, ...] = ()) -> dict:
-    """The result-affecting fields of the sections (or of single dotted fields, "pretrain.threads"), JSON-ready;
-    `drop` removes dotted fields ("train.iterations") or whole sections."""
+    """The result-affecting fields of the sections (or of single dotted fields, "train.seed", or top-level values,
+    "threads"), JSON-ready; `drop` removes dotted fields ("train.iterations") or whole sections."""
     out = {}
     for name in sections:
         section, _, field = name.partition(".")
@@ -34,7 +34,8 @@ def params_key(params: Params, sections: tuple[str, ...], drop: tuple[str, ...] 
         if field:
             out[name] = value.model_dump(mode="json")[field]
         else:
-            out[name] = [v.model_dump(mode="json") for v in value] if isinstance(value, list) else value.result_dump()
+            out[name] = ([v.model_dump(mode="json") for v in value] if isinstance(value, list)
+                         else value.result_dump() if hasattr(value, "result_dump") else value)
     for dotted in drop:
         section, _, field = dotted.partition(".")
         if field:

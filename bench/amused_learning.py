@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from cogrpo.backbones.amused import AmusedGenerator
+from cogrpo.config import MODES
 from cogrpo.backbones.tiny_amused import make_tiny_amused
 from cogrpo.config import ModelConfig, ScheduleConfig, TrainConfig
 from cogrpo.core.batch import GroupedBatch
@@ -62,7 +63,7 @@ def learn(folder: Path, mode: str, iterations: int, lr_model: float, lr_schedule
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--modes", nargs="+", default=["co", "model", "schedule"])
+    ap.add_argument("--modes", nargs="+", default=list(MODES))
     ap.add_argument("--iterations", type=int, default=60)
     ap.add_argument("--lr-model", type=float, default=1e-2)
     ap.add_argument("--lr-schedule", type=float, default=0.1)

@@ -40,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cogrpo.config import MODES
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # flows/, tasks/ beside src/
 
 STEPS = [2, 4, 8, 16]
@@ -143,8 +145,9 @@ def entropies(folder: Path, variant: str, checker) -> dict[str, float]:
     """steps → colour entropy (bits) of the variant's samples on the held-out prompts that name no colour
     (bench/side_effects.py; a plug-in estimate over the 4 samples per prompt: for comparing runs, not absolute)."""
     from bench.side_effects import colour_diversity
+    from tasks.benchmark import cell_folder
 
-    cells = {t: folder / variant / f"steps_{t:02d}" / SPLITS["heldout"] for t in STEPS}
+    cells = {t: cell_folder(folder, variant, t, SPLITS["heldout"]) for t in STEPS}
     return {str(t): colour_diversity(cell, checker)["entropy_bits"] for t, cell in cells.items()}
 
 
@@ -235,7 +238,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--tune-seed", type=int, default=100)
-    ap.add_argument("--modes", nargs="+", default=["co", "model", "schedule"])
+    ap.add_argument("--modes", nargs="+", default=list(MODES))
     ap.add_argument("--grid", default='{"lr_scale": [1, 3], "train.step_fraction": [0.5, 1.0]}')
     ap.add_argument("--out", default="reports/modes")
     ap.add_argument("--set", default="{}", help="params overrides for every run, JSON")

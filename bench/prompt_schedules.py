@@ -37,9 +37,10 @@ def main(argv: list[str] | None = None) -> dict:
     from cogrpo.core.policy import load_prompt_policy
     from cogrpo.core.schedule import KNOBS
     from cogrpo.io import read_specs
+    from cogrpo.model_folder import ModelFolder
     from cogrpo.validate import load_params
 
-    policy_file = Path(args.model) / "schedule_policy.safetensors"
+    policy_file = ModelFolder(args.model).prompt_policy
     if not policy_file.is_file():
         raise SystemExit(f"{policy_file}: not found (train with train.schedule_policy: prompt)")
     policy = load_prompt_policy(policy_file)

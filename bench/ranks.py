@@ -34,7 +34,7 @@ def rank_main(rank: int, world: int, threads: int, folder: str, iterations: int)
     params = load_params("params.yaml")
     inputs = {"prompts": Path("data/prompts"), "tokenizer": Path("models/tokenizer"), "model": Path("models/base")}
     session = TrainingSession(params, inputs, Path(folder) / f"state{world}", warn=print, ranks=Ranks(rank, world))
-    torch.set_num_threads(threads)  # after the session, which sets params.pretrain.threads
+    torch.set_num_threads(threads)  # after the session, which sets params.threads
     times = []
     for _ in range(iterations + 1):  # the first is a warm-up
         start = time.perf_counter()

@@ -57,7 +57,7 @@ def main() -> None:
     ap.add_argument("--out", default="reports/update_cost.json")
     args = ap.parse_args()
     params = with_overrides(load_params(), json.loads(args.set), "--set")
-    torch.set_num_threads(params.pretrain.threads)
+    torch.set_num_threads(params.threads)
     if Path("models/base/config.json").is_file():
         model = MDM.load("models/base")
     else:

@@ -28,61 +28,22 @@ from prefect.runtime import flow_run
 from adapters import tracking
 from adapters.progress import Reporter, run_logger
 from adapters.store import materialize
-from cogrpo.config import Params, Suite, Variant
+from cogrpo.config import Mode, Params, SuiteName, Variant
 from cogrpo.core.schedule import KNOBS, load_schedule, resolve_schedule
 from cogrpo.errors import InputError
 from cogrpo.io import write_bytes_atomic, write_text_atomic
-from cogrpo.validate import load_params, with_overrides
-from flows.benchmark import HEADLINE
-from flows.stages import STAGES, Stage, StageRun, locate, stage_task, state_folder, track
+from cogrpo.model_folder import ModelFolder
+from cogrpo.validate import load_params
+from flows.stage_runs import StageRun, run_label, run_stage, state_folder
+from flows.stages import STAGES
+from tasks.benchmark import HEADLINE
 
-Mode = Literal["co", "model", "schedule"]
 
 
 def resolve_params(params_file: str, mode: Mode | None = None, steps: int | None = None, seed: int | None = None,
                    overrides: dict[str, Any] | None = None) -> Params:
     named = {"train.mode": mode, "schedule.steps": steps, "train.seed": seed}
-    return with_overrides(load_params(params_file), {k: v for k, v in named.items() if v is not None}
-                          | (overrides or {}))
-
-
-def run_label(params: Params) -> str:
-    """What a run is, in a few words: "co · seed 0 · 8 steps"."""
-    return f"{params.train.mode} · seed {params.train.seed} · {params.schedule.steps} steps"
-
-
-def stage_label(name: str, params: Params) -> str:
-    """A stage run's name: the stage and what distinguishes its result ("train · co · seed 0 · 8 steps")."""
-    if name == "train":
-        return f"train · {run_label(params)}"
-    if name in ("baseline", "evaluate", "schedule_sweep"):
-        return f"{name} · {params.schedule.steps} steps"
-    return name
-
-
-def _run_stage(stage: Stage, params: Params, inputs: dict[str, Path], root: str, parent: str | None) -> StageRun:
-    """One stage: the stage task in its own MLflow run, then what it made logged. A stage found in the store adds
-    no MLflow run and uploads nothing: the parent run (if any) links to the run that computed it."""
-    label = stage_label(stage.name, params)
-    task = stage_task.with_options(task_run_name=label)
-    entry = locate(stage.name, params, inputs, root)
-    if entry.done():
-        run = task(stage.name, params, inputs, root, None, return_state=True).result()
-        made = entry.made_by().get("mlflow_run_id")
-        if parent:
-            tracking.set_tags(parent, {f"stage.{stage.name}.cached": "true"}
-                              | ({f"stage.{stage.name}.mlflow_run": made} if made else {}))
-        run_logger().info(f"{label}: found in the store ({entry.folder}), computed by MLflow run {made or '?'}")
-        return run
-    dumped = params.model_dump()
-    sections = {s.partition(".")[0] for s in stage.params + stage.describe}
-    with tracking.run(label, {"stage": stage.name, "mode": params.train.mode}, parent_id=parent,
-                      params={s: dumped[s] for s in sorted(sections)}) as run_id:
-        run = task(stage.name, params, inputs, root, run_id, return_state=True).result()
-        track(stage, run_id, run, params, inputs)
-    if parent:
-        tracking.set_tags(parent, {f"stage.{stage.name}.mlflow_run": run_id})
-    return run
+    return load_params(params_file, {k: v for k, v in named.items() if v is not None} | (overrides or {}))
 
 
 def _results_artifact(runs: dict[str, StageRun]) -> None:
@@ -98,7 +59,7 @@ def _results_artifact(runs: dict[str, StageRun]) -> None:
     if rows:
         create_table_artifact(rows, key="results", description="GenEval-style and DPG-style scores per stage")
     if "train" in runs:
-        learned = load_schedule(runs["train"].out / "schedule.json")
+        learned = load_schedule(ModelFolder(runs["train"].out).schedule)
         table = "| step | " + " | ".join(KNOBS) + " |\n|" + "---|" * (len(KNOBS) + 1) + "\n"
         table += "".join(f"| {t + 1} | " + " | ".join(f"{v:.3f}" for v in row) + " |\n"
                          for t, row in enumerate(learned.tolist()))
@@ -156,12 +117,12 @@ def pipeline(params_file: str = "params.yaml", mode: Mode | None = None, steps: 
                       params=params.model_dump()) as parent:
         for stage in STAGES.values():
             inputs = {arg: runs[src].out for arg, src in stage.inputs.items()}
-            runs[stage.name] = _run_stage(stage, params, inputs, root, parent)
+            runs[stage.name] = run_stage(stage, params, inputs, root, parent)
         tracking.set_tags(parent, {f"key.{name}": run.key for name, run in runs.items()})
         tracking.log_metrics(parent, {"baseline": runs["baseline"].result, "eval": runs["evaluate"].result})
         tracking.log_schedule(parent, resolve_schedule(params.schedule).tolist(), "schedule.initial")
-        tracking.log_schedule(parent, resolve_schedule(params.schedule, runs["train"].out / "schedule.json").tolist(),
-                              "schedule.learned")
+        learned = ModelFolder(runs["train"].out).schedule
+        tracking.log_schedule(parent, resolve_schedule(params.schedule, learned).tolist(), "schedule.learned")
     _results_artifact(runs)
     return {"baseline": runs["baseline"].result, "eval": runs["evaluate"].result, "mlflow_run_id": parent,
             "prefect_flow_run": str(flow_run.id), "stages": {name: {"key": r.key, "cached": r.cached, "out": str(r.out)}
@@ -187,7 +148,7 @@ def stage(name: str, params_file: str = "params.yaml", root: str = "runs") -> di
     tracking.setup()
     tracking.fail_dead_runs()
     with tracking.dvc_group() as group:  # the stage runs of one `dvc repro` share a parent
-        run = _run_stage(spec, params, inputs, root, group)
+        run = run_stage(spec, params, inputs, root, group)
     if spec.out:
         materialize(run.out, Path(spec.out))
     for path, view in spec.metrics.items():
@@ -233,11 +194,11 @@ def _benchmark_run_name() -> str:
 
 
 @flow(name="benchmark", flow_run_name=_benchmark_run_name)
-def benchmark(suites: list[Suite] | None = None, steps: list[int] | None = None, variants: list[Variant] | None = None,
+def benchmark(suites: list[SuiteName] | None = None, steps: list[int] | None = None, variants: list[Variant] | None = None,
               trained_dir: str = "models/trained", base_dir: str = "models/base", prompts_dir: str = "data/prompts",
               tokenizer_dir: str = "models/tokenizer", params_file: str = "params.yaml",
               overrides: dict[str, Any] | None = None, root: str = "runs") -> dict:
-    """The benchmark stage (flows/benchmark.py) on any trained model: each variant × step count × suite generated
+    """The benchmark stage (tasks/benchmark.py) on any trained model: each variant × step count × suite generated
     and scored, through the store (a cell generated before, by this flow, `dvc repro` or a shard worker, is not
     generated again); ends with the scores as a table artifact and a log line.
 
@@ -265,7 +226,7 @@ def benchmark(suites: list[Suite] | None = None, steps: list[int] | None = None,
         return _bad_parameters(err)
     tracking.setup()
     tracking.fail_dead_runs()
-    run = _run_stage(STAGES["benchmark"], params, inputs, root, None)
+    run = run_stage(STAGES["benchmark"], params, inputs, root, None)
     table = pl.read_csv(run.out / "table.csv").with_columns(pl.col("value").round(4))
     create_table_artifact(table.to_dicts(), key="benchmark",
                           description=f"{trained_dir}: {', '.join(params.benchmark.suites)} at {params.benchmark.steps} steps")

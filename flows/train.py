@@ -6,23 +6,26 @@ encoder, the reward function and the prompts, beside the reward server when a re
 so the UI shows every iteration. State reaches disk at checkpoints (every `train.checkpoint_every` iterations
 and at the end; besides them only an append-only metrics log); a rerun resumes from the newest good checkpoint
 and replays the same seeds, bit for bit. With train.processes > 1 the same loop runs in that many processes under
-torchrun (pipelines/train_ranks.py), each on its share of every iteration's prompts (cogrpo.core.distributed).
+torchrun (adapters/torchrun.py launches pipelines/train_ranks.py), each on its share of every iteration's prompts
+(cogrpo.core.distributed).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from PIL import Image
 from prefect import flow
 
 from adapters import reward_server, tracking
-from adapters.children import die_with_parent
 from adapters.progress import Reporter, run_logger
+from adapters.torchrun import train_processes
 from cogrpo.config import Params
 from cogrpo.core.distributed import SINGLE, Ranks
 from cogrpo.io import exclusive
-from cogrpo.rewards import Term
+from cogrpo.rewards import train_terms
 from tasks.context import StageContext
 from tasks.train import TrainingSession, co_update, grouped_rollout, save_checkpoint, score_rewards
 
@@ -38,11 +41,23 @@ def _varying(metrics: dict, cfg) -> dict:
     return {k: v for k, v in metrics.items() if k not in flat}
 
 
+@contextlib.contextmanager
+def owned(params: Params, state_dir: Path) -> Iterator[tuple[str | None, dict]]:
+    """The training folder held by this process (`exclusive`: an OS lock) and the run's reward server for the
+    block, its served models pinned to the folder (adapters/reward_server.py); yields the server's (URL, health)."""
+    with exclusive(state_dir), reward_server.serve(params.reward_models, train_terms(params.train),
+                                                   state_dir) as (url, served):
+        reward_server.pin_models(state_dir, served)
+        yield url, served
+
+
 def train_stage(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
     """The train stage's work (flows/stages.py): the flow below in the stage's state folder, or with
-    train.processes > 1 that many processes under torchrun."""
+    train.processes > 1 that many processes under torchrun (adapters/torchrun.py), this one holding the folder
+    and the reward server."""
     if params.train.processes > 1:
-        return train_processes(params, inputs, out, ctx.state_dir, ctx.mlflow_run_id)
+        with owned(params, ctx.state_dir) as (url, served):
+            return train_processes(params, inputs, out, ctx.state_dir, ctx.mlflow_run_id, url, served)
     return train(params, inputs, out, ctx.state_dir, ctx.mlflow_run_id)
 
 
@@ -50,9 +65,7 @@ def train_stage(params: Params, inputs: dict[str, Path], out: Path, ctx: StageCo
       flow_run_name="co-grpo · {params.train.mode} · seed {params.train.seed} · {params.schedule.steps} steps")
 def train(params: Params, inputs: dict[str, Path], out: Path, state_dir: Path, run_id: str | None = None) -> dict:
     """Train from inputs["model"] (or resume from state_dir), export the model and its learned schedule to out."""
-    terms = [Term.of(t) for t in params.train.rewards]
-    with exclusive(state_dir), reward_server.serve(params.reward_models, terms, state_dir) as (url, served):
-        reward_server.pin_models(state_dir, served)
+    with owned(params, state_dir) as (url, served):
         return loop(params, inputs, out, state_dir, run_id, url, served, as_tasks=True)
 
 
@@ -61,7 +74,7 @@ def loop(params: Params, inputs: dict[str, Path], out: Path, state_dir: Path, ru
     """The iterations, from the newest checkpoint on; each step a Prefect task (as_tasks) or a plain call (the
     processes of a torchrun training, which have no flow run). Rank 0 alone logs and writes."""
     cfg, report = params.train, Reporter()  # the iteration metrics go to MLflow below, all of them
-    terms = [Term.of(t) for t in cfg.rewards]
+    terms = train_terms(cfg)
     step = (lambda task, name: task.with_options(task_run_name=name)) if as_tasks else (lambda task, name: task.fn)
     session = TrainingSession(params, inputs, state_dir, warn=run_logger().warning, reward_url=url, ranks=ranks)
     if run_id:
@@ -84,67 +97,3 @@ def loop(params: Params, inputs: dict[str, Path], out: Path, state_dir: Path, ru
             step(save_checkpoint, f"checkpoint-{it}")(session)
     return session.export(out) if ranks.rank == 0 else {}
 
-
-def torchrun_command(params: Params, job: Path) -> list[str]:
-    """torchrun over train.processes processes: all on this machine (--standalone), or processes / nodes on each
-    of train.nodes machines meeting at train.rendezvous (the same command on every node)."""
-    import sys
-
-    cfg = params.train
-    where = (["--standalone"] if cfg.nodes == 1 else
-             [f"--nnodes={cfg.nodes}", "--rdzv_backend=c10d", f"--rdzv_endpoint={cfg.rendezvous}"])
-    return [sys.executable, "-m", "torch.distributed.run", *where, f"--nproc_per_node={cfg.processes // cfg.nodes}",
-            "-m", "pipelines.train_ranks", str(job)]
-
-
-def train_processes(params: Params, inputs: dict[str, Path], out: Path, state_dir: Path,
-                    run_id: str | None = None) -> dict:
-    """train.processes copies of pipelines/train_ranks.py under torchrun (one machine; see the README for several),
-    beside the one reward server of the run. A process that dies ends the run with one line; the rerun resumes
-    from the last checkpoint, under any number of processes."""
-    import json
-    import os
-    import re
-    import signal
-    import subprocess
-
-    from cogrpo.errors import InputError
-
-    terms = [Term.of(t) for t in params.train.rewards]
-    with exclusive(state_dir), reward_server.serve(params.reward_models, terms, state_dir) as (url, served):
-        reward_server.pin_models(state_dir, served)
-        job, log, result = state_dir / "processes.json", state_dir / "processes.log", state_dir / "processes_result.json"
-        result.unlink(missing_ok=True)
-        job.write_text(json.dumps({"params": params.model_dump(mode="json"), "out": str(out.resolve()),
-                                   "inputs": {k: str(v.resolve()) for k, v in inputs.items()},
-                                   "state_dir": str(state_dir.resolve()), "run_id": run_id, "url": url,
-                                   "served": served, "result": str(result.resolve())}))
-        command = torchrun_command(params, job.resolve())
-        run_logger().info(f"training in {params.train.processes} processes: {' '.join(command)} (log: {log})")
-        root = Path(__file__).resolve().parents[1]  # the processes import this checkout, whatever the working folder
-        path = [str(root), str(root / "src"), os.environ.get("PYTHONPATH")]
-        env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, path))}
-        if params.train.nodes > 1:  # any node may hold rank 0, which logs, checkpoints and exports: hence shared
-            run_logger().warning(f"waiting for the other {params.train.nodes - 1} nodes: run there, from "
-                                 f"{Path.cwd()} on the shared file system, `PYTHONPATH={env['PYTHONPATH']} "
-                                 f"{' '.join(['torchrun'] + command[3:])}`")
-        with open(log, "w") as fh:  # its own process group, stopped whole if this run stops, and torchrun (which
-            # then stops its ranks) ended by the kernel if this process is killed outright: no orphaned ranks
-            proc = subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                    preexec_fn=die_with_parent)
-            try:
-                proc.wait()
-            finally:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    try:
-                        proc.wait(30)
-                    except subprocess.TimeoutExpired:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                        proc.wait()
-        if proc.returncode != 0 or not result.is_file():
-            raised = re.findall(r"\b(\w+(?:Error|Exception): .*)", log.read_text(errors="replace"))
-            said = [r for r in raised if not r.startswith("ChildFailedError")] or ["no exception in the log"]
-            raise InputError(f"train: a training process failed (torchrun exit {proc.returncode}): {said[-1][:300]}; "
-                             f"log: {log}; rerun to resume from the last checkpoint")
-        return json.loads(result.read_text())

@@ -1,9 +1,9 @@
 """Export a trained aMUSEd as a standalone diffusers folder: `python -m pipelines.export models/trained OUT`.
 
 OUT holds the snapshot's parts with the trained LoRA adapters merged into the transformer, loadable by
-`AmusedPipeline.from_pretrained(OUT)`, and the learned schedule.json beside them (the pipeline itself cannot
-take per-step knobs; cogrpo's sampler does). The model params come from params.yaml (model.pretrained names
-the base snapshot). No Prefect, no MLflow: a file conversion.
+`AmusedPipeline.from_pretrained(OUT)`, and the learned schedules (`ModelFolder.schedules`) beside them (the
+pipeline itself cannot take per-step knobs; cogrpo's sampler does). The model params come from params.yaml
+(model.pretrained names the base snapshot). No Prefect, no MLflow: a file conversion.
 """
 
 import argparse
@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> Path:
     apply_defaults()
     try:
         from cogrpo.backbones.loading import load_generator
+        from cogrpo.model_folder import ModelFolder
         from cogrpo.validate import load_params
 
         cfg = load_params(args.params).model
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> Path:
             raise InputError(f"{args.params}: model.backbone is {cfg.backbone!r}; only aMUSEd exports to diffusers")
         gen = load_generator(cfg, {"model": args.model})
         gen.export(args.out)
-        for schedule in args.model.glob("schedule*.json"):
+        for schedule in ModelFolder(args.model).schedules():
             shutil.copy(schedule, args.out / schedule.name)
     except (InputError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -9,6 +9,7 @@ import json
 
 import yaml
 
+from cogrpo.config import MODES
 from cogrpo.errors import InputError
 from pipelines.cli import run_main
 
@@ -16,7 +17,7 @@ from pipelines.cli import run_main
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", default="params.yaml")
-    ap.add_argument("--mode", choices=["co", "model", "schedule"])
+    ap.add_argument("--mode", choices=MODES)
     ap.add_argument("--steps", type=int, help="inference steps (schedule.steps)")
     ap.add_argument("--seed", type=int, help="training seed (train.seed)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

@@ -1,14 +1,25 @@
-"""The benchmark stage's cells: every variant × step count × suite, generated with the project's sampler
-(tasks/cells.py: resumable, shardable), then scored (tasks/benchmark_scores.py)."""
+"""The benchmark stage's work: every variant × step count × suite generated with the project's sampler in cells
+(tasks/cells.py: resumable, shardable), then each cell scored (tasks/benchmark_scores.py), beside the reward
+server when ImageReward or HPS is asked for (the stage context's `reward_server`).
+
+Images are generated into the stage's state folder (runs/benchmark/<identity>/cells), which outlives a crash and
+is shared by the runs that differ only in suites, step counts, variants or scorer settings; the stage's output
+holds them (hard links) with each cell's scores and `table.csv` (one row per suite × metric × steps × variant).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
+
 from cogrpo.config import Params
 from cogrpo.core.schedule import resolve_schedule
 from cogrpo.errors import InputError
-from tasks.cells import Cell, Suite, model_schedule
+from cogrpo.validate import benchmark_reward_terms
+from tasks import benchmark_scores as scores
+from tasks.cells import Cell, Suite, link_images, model_schedule, wait_for_cells
+from tasks.context import StageContext
 from tasks.evaluate import embedded_suite
 
 BENCHMARK_FILES = Path(__file__).resolve().parents[1] / "data" / "benchmarks"
@@ -60,3 +71,39 @@ def benchmark_cells(params: Params, inputs: dict[str, Path], state_dir: Path) ->
                 cells += [Cell(cell_folder(state_dir / "cells", variant, steps, suite.name), suite, knobs, model,
                                policy) for suite in suites]
     return cells
+
+
+SCORERS = {"embedded": scores.score_embedded, "embedded_seen": scores.score_embedded, "geneval": scores.score_geneval,
+           "dpg": scores.score_dpg}
+SERVED_SUITES = {"imagereward": scores.score_imagereward, "hpsv2": scores.score_hps}
+HEADLINE = ("overall", "score", "mean", "average")  # the metric of a suite drawn against steps: its summary
+
+
+def benchmark_stage(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
+    """Every cell generated (or found generated), then scored into out; returns {"scores": suite → metric →
+    variant → steps → value}."""
+    cfg, cells = params.benchmark, ctx.state_dir / "cells"
+    wait_for_cells(params, inputs, benchmark_cells(params, inputs, ctx.state_dir), report=ctx.report, root=cells)
+    suites = {s: load_suite(s, params, inputs["prompts"]) for s in cfg.suites}
+    rows, n_cells, done = [], len(cfg.variants) * len(cfg.steps) * len(suites), 0
+    with ctx.reward_server(benchmark_reward_terms(params)) as (url, _):
+        for variant in cfg.variants:
+            for steps in cfg.steps:
+                for name, suite in suites.items():
+                    cell, dest = cell_folder(cells, variant, steps, name), cell_folder(out, variant, steps, name)
+                    link_images(cell, dest / "images")
+                    score = SCORERS.get(name)
+                    metrics = (score(params, suite, cell, dest) if score
+                               else SERVED_SUITES[name](params, suite, cell, dest, url))
+                    model, schedule = variant.split("-")
+                    rows += [{"suite": name, "metric": m, "steps": steps, "variant": variant, "model": model,
+                              "schedule": schedule, "value": v} for m, v in metrics.items()]
+                    done += 1
+                    ctx.report("benchmark scoring", done, n_cells)
+    table = pl.DataFrame(rows)
+    table.write_csv(out / "table.csv")
+    nested: dict = {}
+    for r in rows:
+        nested.setdefault(r["suite"], {}).setdefault(r["metric"], {}).setdefault(r["variant"], {})[
+            str(r["steps"])] = r["value"]
+    return {"scores": nested}

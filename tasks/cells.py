@@ -35,6 +35,7 @@ from cogrpo.core.policy import SchedulePolicy, load_prompt_policy, prompt_knobs
 from cogrpo.core.schedule import resolve_schedule
 from cogrpo.errors import InputError
 from cogrpo.io import fsync_dir, process_alive, write_bytes_atomic, write_text_atomic
+from cogrpo.model_folder import ModelFolder
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class Suite:
 @dataclass(frozen=True)
 class Cell:
     """One cell to generate: its folder, prompts, (T, 4) schedule, and the stage input holding its model. With a
-    prompt-conditioned policy (a trained model's schedule_policy.safetensors), each prompt's schedule is the
+    prompt-conditioned policy (a trained model's ModelFolder.prompt_policy), each prompt's schedule is the
     policy's for that prompt, carried to the step count of `knobs` (then the base schedule at that count)."""
 
     folder: Path
@@ -62,17 +63,10 @@ class Cell:
 
 
 def model_schedule(params: Params, model: Path, steps: int | None = None) -> tuple[torch.Tensor, Path | None]:
-    """How a model folder decodes at `steps` (default schedule.steps): with a prompt-conditioned policy, the base
-    schedule its per-prompt schedules are carried to and the policy file; else the schedule trained at `steps`
-    (schedule_T<steps>.json, train.extra_steps), else its schedule.json carried to `steps`, or without one the
-    base schedule, and no policy."""
-    policy, own = model / "schedule_policy.safetensors", model / "schedule.json"
-    if policy.is_file():
-        return resolve_schedule(params.schedule, None, steps), policy
-    trained_at = model / f"schedule_T{steps or params.schedule.steps}.json"
-    if trained_at.is_file():
-        return resolve_schedule(params.schedule, trained_at, steps), None
-    return resolve_schedule(params.schedule, own if own.is_file() else None, steps), None
+    """How a model folder decodes at `steps` (default schedule.steps), as its (T, 4) schedule and its prompt policy
+    file: the files ModelFolder.schedule_for names, resolved against the base schedule at `steps`."""
+    schedule, policy = ModelFolder(model).schedule_for(steps or params.schedule.steps)
+    return resolve_schedule(params.schedule, schedule, steps), policy
 
 
 def batches(suite: Suite, batch_prompts: int) -> int:
@@ -214,7 +208,7 @@ def generate_cells(params: Params, inputs: dict[str, Path], cells: list[Cell], s
             continue
         if cell.model not in loaded:
             loaded.clear()  # one model in memory at a time (cells come model by model)
-            torch.set_num_threads(params.pretrain.threads)
+            torch.set_num_threads(params.threads)
             loaded[cell.model] = load_generator(params.model, {"model": inputs[cell.model],
                                                                "tokenizer": inputs["tokenizer"]})
         total = batches(cell.suite, batch_prompts)

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 
 def _silent(label: str, done: int, total: int, **metrics: float) -> None:
     pass
+
+
+@contextlib.contextmanager
+def _no_reward_server(terms: Sequence) -> Iterator[tuple[str | None, dict]]:
+    if terms:
+        raise RuntimeError(f"no reward server outside a stage run for {list(terms)}: run the stage through its task "
+                           "(flows/stage_runs.py), which gives its context one")
+    yield None, {}
 
 
 @dataclass
@@ -19,3 +28,7 @@ class StageContext:
     state_dir: Path | None = None
     # the MLflow run the stage logs into, if any
     mlflow_run_id: str | None = None
+    # reward_server(terms): a block with a reward server scoring the served ones among the reward terms
+    # (cogrpo.rewards.Term), yielding (its URL, its health), or (None, {}) when none is served; the orchestration
+    # starts one for the block (adapters/reward_server.py: serve)
+    reward_server: Callable[[Sequence], contextlib.AbstractContextManager] = _no_reward_server

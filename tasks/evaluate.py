@@ -20,6 +20,7 @@ from cogrpo.config import Params, ScheduleConfig
 from cogrpo.core.schedule import base_knobs
 from cogrpo.images import captioned_grid
 from cogrpo.io import read_specs
+from cogrpo.model_folder import ModelFolder
 from cogrpo.world.checker import Checker
 from cogrpo.world.prompts import GENEVAL_TAGS
 from cogrpo.world.scenes import World
@@ -40,7 +41,7 @@ def _grid_prompts(rows: list[dict], per_tag: int = 2) -> list[str]:
 def run_eval(params: Params, model_dir: Path, tokenizer_dir: Path, prompts_file: Path, knobs: torch.Tensor,
              report, label: str) -> tuple[list[dict], np.ndarray]:
     """Results rows (GenEval's, one per image) and the decoded images of one prompt set under one schedule."""
-    torch.set_num_threads(params.pretrain.threads)
+    torch.set_num_threads(params.threads)
     specs = read_specs(prompts_file)
     validate_embedded(specs, params.world, prompts_file)  # every row against the world, before generating
     gen = load_generator(params.model, {"model": model_dir, "tokenizer": tokenizer_dir})
@@ -74,7 +75,7 @@ def embedded_suite(params: Params, path: Path, limit: int | None = None, name: s
 
 def eval_cells(params: Params, inputs: dict[str, Path], state_dir: Path) -> list[Cell]:
     """The evaluation's cells: the held-out and the seen prompts, the model under its own schedule (model_schedule:
-    its prompt-conditioned policy, its schedule.json, or without either the base schedule)."""
+    its prompt-conditioned policy, its learned schedule, or without either the base schedule)."""
     knobs, policy = model_schedule(params, inputs["model"])
     return [Cell(state_dir / split, embedded_suite(params, inputs["prompts"] / f"eval_{split}.parquet"), knobs, "model",
                  policy) for split in ("heldout", "seen")]
@@ -92,7 +93,7 @@ def evaluate_model(params: Params, inputs: dict[str, Path], out: Path, ctx: Stag
     (rows, images), (seen, _) = (_checked(params, cell) for cell in cells)
     link_images(cells[0].folder, out)
     steps = params.schedule.steps
-    title = (f"trained model, learned schedule, {steps} steps" if (inputs["model"] / "schedule.json").is_file()
+    title = (f"trained model, learned schedule, {steps} steps" if ModelFolder(inputs["model"]).learned
              else f"base model, base schedule, {steps} steps")
     write_results(out, rows, images, f"{title} (green: passes the checker, red: fails)")
     result = {"heldout": summarize(rows) | {"steps": steps}, "seen": summarize(seen) | {"steps": steps}}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from cogrpo.backbones.loading import write_pretrained_pointer
 from cogrpo.backbones.pretrain import build_model, make_pool, pretrain
 from cogrpo.backbones.text import TextEncoder
@@ -22,6 +24,7 @@ def pretrain_model(params: Params, inputs: dict[str, Path], out: Path, ctx: Stag
     is a pointer to model.pretrained with the sha256 of the weights."""
     if params.model.backbone != "embedded":
         return {"final_loss": None, "steps": 0, "history": [], "pretrained": write_pretrained_pointer(params.model, out)}
+    torch.set_num_threads(params.threads)
     world, cfg = World(params.world), params.pretrain
     specs = read_specs(inputs["prompts"] / "train.parquet")
     held = HeldOut.from_json((inputs["prompts"] / "heldout.json").read_text())

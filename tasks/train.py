@@ -25,13 +25,15 @@ from cogrpo.config import Params
 from cogrpo.core import checkpoints
 from cogrpo.core.batch import GroupedBatch
 from cogrpo.core.distributed import SINGLE, Ranks
+from cogrpo.core.shares import per_process
 from cogrpo.core.policy import save_prompt_policy
 from cogrpo.core.schedule import base_knobs, save_schedule
 from cogrpo.core.trainer import CoGRPO, Rollout, draw_prompts, iteration_generator
 from cogrpo.errors import InputError
 from cogrpo.images import image_grid
 from cogrpo.io import read_specs
-from cogrpo.rewards import Term, combine
+from cogrpo.model_folder import ModelFolder
+from cogrpo.rewards import Term, combine, train_terms
 from cogrpo.world.scenes import World
 
 
@@ -46,12 +48,9 @@ class TrainingSession:
         cfg = self.cfg = params.train
         self.ranks = ranks
         if ranks.world > 1:  # the ranks share the machine's cores (set before the session sets its own below)
-            params = params.model_copy(update={"pretrain": params.pretrain.model_copy(
-                update={"threads": max(1, params.pretrain.threads // ranks.world)})})
-        if cfg.prompts_per_iter % ranks.world:
-            raise InputError(f"train.prompts_per_iter = {cfg.prompts_per_iter} does not split over {ranks.world} "
-                             "processes: whole groups per process")
-        torch.set_num_threads(params.pretrain.threads)
+            params = params.model_copy(update={"threads": max(1, params.threads // ranks.world)})
+        per_process(cfg.prompts_per_iter, ranks.world, "train.prompts_per_iter")  # whole groups per rank, or refused
+        torch.set_num_threads(params.threads)
         self.specs = read_specs(inputs["prompts"] / "train.parquet")
         if cfg.prompts_per_iter > len(self.specs):
             raise InputError(f"train.prompts_per_iter = {cfg.prompts_per_iter} exceeds the {len(self.specs)} "
@@ -60,7 +59,7 @@ class TrainingSession:
         bases = {T: base_knobs(params.schedule.model_copy(update={"steps": T}))
                  for T in [params.schedule.steps, *cfg.extra_steps]}
         self.trainer = CoGRPO(self.generator, bases, cfg, ranks)
-        terms = [Term.of(t) for t in cfg.rewards] + [Term("strict", 0.0)]  # strict: accuracy per tag
+        terms = train_terms(cfg) + [Term("strict", 0.0)]  # strict: accuracy per tag
         self.reward = combine(terms, World(params.world), reward_url, params.reward_models.request_timeout_s)
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -133,18 +132,19 @@ class TrainingSession:
         return checkpoints.save(self.state_dir / "checkpoints", self.iteration, fill)
 
     def export(self, out: Path) -> dict:
-        """The trained model, its learned schedule (plain per-step JSON; schedule_T<n>.json for each extra step
-        count) and train.json → out; returns the run's summary and history."""
+        """The trained model folder (cogrpo.model_folder) → out: the generator's trained weights, its learned
+        schedule (plain per-step JSON, one file per trained step count), a prompt-conditioned policy's per-prompt
+        part, the training's record; returns the run's summary and history."""
         checkpoints.require_finite(self.trained_weights(), "the trained model")
         self.generator.save_trained(out)
+        folder = ModelFolder(out)
         for i, (T, knobs) in enumerate(self.trainer.learned_schedules().items()):
-            save_schedule(knobs, out / ("schedule.json" if i == 0 else f"schedule_T{T}.json"))
+            save_schedule(knobs, folder.schedule if i == 0 else folder.schedule_at(T))
         if self.trainer.policy.conditioned:  # the per-prompt part beside the per-step one
-            save_prompt_policy(self.trainer.policy, out / "schedule_policy.safetensors")
+            save_prompt_policy(self.trainer.policy, folder.prompt_policy)
         last = self.history[-max(1, len(self.history) // 10):]
         reward = sum(h["reward_mean"] for h in last) / len(last) if last else float("nan")
-        (out / "train.json").write_text(json.dumps({"mode": self.cfg.mode, "iterations": self.iteration,
-                                                    "reward_last_10pct": reward}))
+        folder.write_record({"mode": self.cfg.mode, "iterations": self.iteration, "reward_last_10pct": reward})
         return {"mode": self.cfg.mode, "iterations": self.iteration, "history": self.history}
 
 

@@ -224,7 +224,7 @@ def test_a_batch_claimed_by_a_live_worker_is_left_to_it_and_a_dead_workers_claim
 
 
 def test_the_state_folder_keeps_images_only_while_what_makes_them_is_unchanged(tmp_path):
-    from flows.stages import state_folder
+    from flows.stage_runs import state_folder
 
     inputs = {}
     for arg in ("prompts", "tokenizer", "base", "trained"):

@@ -67,7 +67,7 @@ def test_overrides_are_validated_like_the_file():
     assert (p.train.mode, p.schedule.steps, p.train.rewards[0].name) == ("model", 4, "strict")
     with pytest.raises(ParamsError, match=r"^overrides: key 'train.lr': unknown key$"):
         with_overrides(Params(), {"train.lr": 1})
-    with pytest.raises(ParamsError, match=r"^overrides: key 'train.mode': Input should be 'co', 'model' or 'schedule'"):
+    with pytest.raises(ParamsError, match=r"^overrides: key 'train.mode': Input should be 'co', 'model', 'schedule' or 'alternate'"):
         with_overrides(Params(), {"train.mode": "both"})
     with pytest.raises(ParamsError, match=r"key 'schedule.steps.x': unknown key"):
         with_overrides(Params(), {"schedule.steps.x": 1})

@@ -56,7 +56,7 @@ def test_deployments_have_typed_parameters_and_a_schedule(served):
     props = pipe.parameter_openapi_schema["properties"]
     assert set(props) == {"params_file", "mode", "steps", "seed", "overrides", "root"}
     mode = props["mode"]["anyOf"][0]
-    assert mode["enum"] == ["co", "model", "schedule"]
+    assert mode["enum"] == ["co", "model", "schedule", "alternate"]
     # the custom-run form explains every field, and what leaving it empty means
     assert all(props[p].get("description") for p in props)
     assert "Empty: train.mode of params_file" in props["mode"]["description"]

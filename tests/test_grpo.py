@@ -185,6 +185,27 @@ def test_freezing_rule(mode):
     assert "schedule/step2/cfg" in metrics and metrics["skipped"] == 0
 
 
+@pytest.mark.parametrize("model_phase_schedule", ["sampled", "mean"])
+def test_alternate_updates_the_model_and_the_schedule_in_turn(model_phase_schedule):
+    """Two θ iterations (φ frozen), one φ iteration (θ frozen), repeated; at 'mean' a θ phase rolls out at π_φ's
+    mean, a φ phase always samples."""
+    tr = _tiny_trainer("alternate", alternate={"model_iterations": 2, "schedule_iterations": 1,
+                                               "model_phase_schedule": model_phase_schedule})
+    batch, r = _batch(), torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
+    moved = []
+    for _ in range(6):
+        model = [p.detach().clone() for p in tr.trained]
+        policy = [p.detach().clone() for p in tr.policies.parameters()]
+        ro = tr.rollout(batch)
+        at_mean = torch.allclose(ro.actions, tr.policy.mean.detach().expand_as(ro.actions))
+        metrics = tr.update(batch, ro, r)
+        moved.append((not all(torch.equal(a, b) for a, b in zip(model, tr.trained)),
+                      not all(torch.equal(a, b) for a, b in zip(policy, tr.policies.parameters()))))
+        assert metrics["alternate/model_phase"] == float(moved[-1][0])
+        assert at_mean == (model_phase_schedule == "mean" and moved[-1][0])
+    assert moved == [(True, False), (True, False), (False, True)] * 2
+
+
 def test_a_prompt_read_out_moves_the_schedule_no_further_than_the_per_step_mean():
     """Adam moves each of the read-out's F weights by about the learning rate; at the per-step mean's rate the F of
     them would move a knob F times as far in one update (a full-size run collapsed so: reward 0.85 → 0.5)."""

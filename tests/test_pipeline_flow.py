@@ -92,7 +92,8 @@ def test_bad_override_is_one_line_naming_the_key(tiny_project, capsys):
     assert capsys.readouterr().err.strip() == "error: overrides: key 'train.learning_rate': unknown key"
     with pytest.raises(SystemExit):
         main(["--set", "train.rewards=[{name: nope}]"])
-    assert capsys.readouterr().err.strip() == ("error: overrides: key 'train.rewards.0.name': unknown reward 'nope' "
+    assert capsys.readouterr().err.strip() == ("error: params.yaml with overrides: key 'train.rewards.0.name': "
+                                               "unknown reward 'nope' "
                                                "(known: clip, colour_match, colour_novelty, compositional, hpsv2, imagereward, strict)")
 
 

@@ -180,15 +180,20 @@ def test_a_model_folder_decodes_at_a_trained_step_count_with_that_count_s_schedu
     """train.extra_steps exports schedule_T<n>.json: evaluating at n uses it, not schedule.json carried to n."""
     from cogrpo.config import Params
     from cogrpo.core.schedule import save_schedule
+    from cogrpo.model_folder import ModelFolder
     from tasks.cells import model_schedule
 
-    params = Params()
+    params, folder = Params(), ModelFolder(tmp_path)
+    assert folder.schedule_for(4) == (None, None) and not folder.learned  # a base model: the base schedule
     main = base_knobs(params.schedule).clone()
     main[:, 3] += 1.0
     at_4 = base_knobs(params.schedule.model_copy(update={"steps": 4})).clone()
     at_4[:, 3] += 7.0
-    save_schedule(main, tmp_path / "schedule.json")
-    save_schedule(at_4, tmp_path / "schedule_T4.json")
+    save_schedule(main, folder.schedule)
+    save_schedule(at_4, folder.schedule_at(4))
+    assert folder.schedule_for(4) == (tmp_path / "schedule_T4.json", None)
+    assert folder.schedule_for(2) == (tmp_path / "schedule.json", None)
+    assert folder.schedules() == [tmp_path / "schedule.json", tmp_path / "schedule_T4.json"]
     assert torch.allclose(model_schedule(params, tmp_path, 4)[0], at_4, atol=1e-5)
     assert torch.allclose(model_schedule(params, tmp_path)[0], main, atol=1e-5)
     carried = transfer(main, base_knobs(params.schedule), base_knobs(params.schedule.model_copy(update={"steps": 2})))

@@ -17,6 +17,7 @@ from typing import Literal, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from cogrpo.core.shares import per_process
 from cogrpo.errors import InputError
 from cogrpo.world.palette import PALETTE, SHAPES
 
@@ -140,7 +141,8 @@ class ModelConfig(_Section):
     dropout: float = Field(0.0, ge=0, lt=1, description="Dropout inside the transformer blocks.")
 
     @model_validator(mode="after")
-    def _heads_divide_dim(self) -> "ModelConfig":
+    def _backbone_settings_agree(self) -> "ModelConfig":
+        """A snapshot for aMUSEd, fp32 for full fine-tuning, heads that divide the width."""
         if self.backbone == "amused" and not self.pretrained:
             raise ValueError("model.pretrained is required with model.backbone: amused (a snapshot folder or hub id)")
         if self.backbone == "amused" and self.lora_rank == 0 and self.dtype != "fp32":
@@ -163,7 +165,6 @@ class PretrainConfig(_Section):
     max_minutes: float = Field(0.0, ge=0, description="Stop early after this many minutes (0: no limit). Non-zero "
                                "makes the model depend on the machine's speed: the store keeps the first run's.")
     log_every: int = Field(50, ge=1, description="Loss is logged every this many steps.")
-    threads: int = Field(2, ge=1, description="torch CPU threads.")
 
 
 class ScheduleConfig(_Section):
@@ -261,10 +262,28 @@ class RewardModelsConfig(_Section):
 Knob = Literal["ratio", "temperature", "remask_temperature", "cfg"]
 
 
+Mode = Literal["co", "model", "schedule", "alternate"]  # what Co-GRPO trains (TrainConfig.mode says how)
+MODES: tuple[str, ...] = get_args(Mode)
+
+
+class AlternateConfig(_Section):
+    """train.mode: alternate, the paper's "alternating co-optimization": θ and φ updated in turn, never together."""
+    model_iterations: int = Field(1, ge=1, description="Iterations of a θ phase: the model updates, φ is frozen.")
+    schedule_iterations: int = Field(1, ge=1, description="Iterations of a φ phase: the schedule policy updates, θ "
+                                     "is frozen. Phases start with θ's and repeat.")
+    model_phase_schedule: Literal["sampled", "mean"] = Field(
+        "sampled", description="How a θ phase's rollouts pick their schedule: 'sampled' from π_φ, as every co "
+        "rollout (the same rollouts could train either), or at π_φ's 'mean', the schedule evaluation decodes with "
+        "(the model's credit is then not diluted by schedule noise).")
+
+
 class TrainConfig(_Section):
-    mode: Literal["co", "model", "schedule"] = Field(
-        "co", description="What Co-GRPO trains: 'co' model and schedule, 'model' only the model (schedule fixed "
-        "at the deterministic base), 'schedule' only the schedule policy (model frozen).")
+    mode: Mode = Field(
+        "co", description="What Co-GRPO trains: 'co' model and schedule, both in every update; 'alternate' both, "
+        "in turn (train.alternate); 'model' only the model (schedule fixed at the deterministic base); 'schedule' "
+        "only the schedule policy (model frozen).")
+    alternate: AlternateConfig = Field(AlternateConfig(), exclude_if=lambda v: v == AlternateConfig(),
+                                       description="The phases of mode 'alternate' (read only there).")
     seed: int = Field(0, description="Seed of prompt draws, schedule actions and sampling noise.")
     iterations: int = Field(40, ge=1, description="Rollout → score → update iterations.")
     prompts_per_iter: int = Field(16, ge=1, description="B: prompts per iteration.")
@@ -276,7 +295,7 @@ class TrainConfig(_Section):
     extra_steps: list[int] = Field(
         default_factory=list, description="Inference step counts trained beside schedule.steps, each with its own "
         "schedule policy (or one shared: share_schedule); iterations cycle through [schedule.steps, *extra_steps]. "
-        "With [4] at co's tuned point: +0.03-0.08 held-out at 4 steps, some of 8's lost (README, P5).")
+        "With [4] at co's tuned point: +0.03-0.08 held-out at 4 steps, some of 8's lost (reports/README.md, P5).")
     share_schedule: bool = Field(
         False, exclude_if=lambda v: not v, description="With extra_steps: one schedule policy for every step count, "
         "its per-step parameters at schedule.steps read at another count by decoding progress (linear interpolation "
@@ -301,7 +320,7 @@ class TrainConfig(_Section):
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient-norm clip, per policy.")
     scale_by_std: bool = Field(True, description="Divide advantages by the group std (False: Dr. GRPO).")
     sigma_init: float = Field(0.15, gt=0, description="Initial std of every schedule action (in `co`, more "
-                              "schedule noise dilutes the model's credit: reports/co_investigation.md).")
+                              "schedule noise dilutes the model's credit: the issue-3 investigation, in git history as reports/co_investigation.md).")
     sigma_floor: float = Field(0.03, ge=0, description="Floor under the schedule policy's std.")
     schedule_knobs: list[Knob] = Field(
         default_factory=lambda: list(get_args(Knob)), min_length=1, exclude_if=lambda v: v == list(get_args(Knob)),
@@ -333,11 +352,15 @@ class TrainConfig(_Section):
         return v
 
     @model_validator(mode="after")
-    def _nodes(self) -> "TrainConfig":
+    def _processes_fit_nodes(self) -> "TrainConfig":
         if self.processes % self.nodes:
             raise ValueError(f"processes {self.processes} do not split evenly over nodes {self.nodes}")
         if self.nodes > 1 and not self.rendezvous:
             raise ValueError("nodes > 1 needs rendezvous: HOST:PORT of the stage's machine")
+        return self
+
+    @model_validator(mode="after")
+    def _step_counts_fit_the_policy(self) -> "TrainConfig":
         if self.share_schedule and not self.extra_steps:
             raise ValueError("share_schedule: true shares the schedule across step counts, but extra_steps names none "
                              "beside schedule.steps")
@@ -361,7 +384,8 @@ class SweepSchedule(_Section):
         return base.model_copy(update=self.model_dump(exclude={"name"}, exclude_none=True))
 
 
-Suite = Literal["embedded", "embedded_seen", "geneval", "dpg", "imagereward", "hpsv2"]
+SuiteName = Literal["embedded", "embedded_seen", "geneval", "dpg", "imagereward", "hpsv2"]  # a benchmark prompt set
+SUITES: tuple[str, ...] = get_args(SuiteName)
 Variant = Literal["base-base", "trained-base", "trained-learned"]
 
 
@@ -392,7 +416,7 @@ class BenchmarkSamples(_Section):
 
     @field_validator("dpg")
     @classmethod
-    def _square(cls, v: int) -> int:
+    def _dpg_tiles_a_square(cls, v: int) -> int:
         if round(v**0.5) ** 2 != v:
             raise ValueError(f"{v}: DPG tiles a square grid of samples (4: 2×2)")
         return v
@@ -401,7 +425,7 @@ class BenchmarkSamples(_Section):
 class BenchmarkConfig(_Section):
     """The benchmark stage: every variant × step count × suite, generated with the project's sampler and scored."""
 
-    suites: list[Suite] = Field(
+    suites: list[SuiteName] = Field(
         default_factory=lambda: ["embedded"], min_length=1, description="Suites to run: 'embedded' (the held-out "
         "embedded prompts, GenEval-style and DPG-style, exact checker), 'embedded_seen' (the same on the eval prompts "
         "built from training combinations: the generalization gap per step count), 'geneval', 'dpg', 'imagereward', 'hpsv2' "
@@ -422,13 +446,16 @@ class BenchmarkConfig(_Section):
 
     @field_validator("steps")
     @classmethod
-    def _distinct(cls, v: list[int]) -> list[int]:
+    def _distinct_step_counts(cls, v: list[int]) -> list[int]:
         if len(set(v)) < len(v) or min(v) < 1:
             raise ValueError(f"{v}: step counts ≥ 1, distinct")
         return v
 
 
 class Params(_Section):
+    threads: int = Field(2, ge=1, description="torch's CPU threads in the process of every stage that computes with "
+                         "torch (a torchrun rank takes threads ÷ processes). In those stages' keys: float reductions, "
+                         "so results, may depend on the thread count.")
     world: WorldConfig = WorldConfig()
     prompts: PromptsConfig = PromptsConfig()
     tokenizer: TokenizerConfig = TokenizerConfig()
@@ -444,8 +471,10 @@ class Params(_Section):
     )
 
     @model_validator(mode="after")
-    def _steps_fit_grid(self) -> "Params":
-        """(aMUSEd's token count is known once the model is loaded: the sampler checks it there.)"""
+    def _sections_agree(self) -> "Params":
+        """What no single section can check: step counts that fit the grid (aMUSEd's token count is known once the
+        model is loaded: the sampler checks it there), published suites that need a backbone reading any text,
+        prompts that split over the processes, distinct trained step counts."""
         cells = self.world.grid**2 if self.model.backbone == "embedded" else 10**9
         for where, steps in [("schedule.steps", self.schedule.steps)] + [
             (f"sweep.{s.name}.steps", s.steps) for s in self.sweep if s.steps
@@ -458,9 +487,7 @@ class Params(_Section):
             raise ValueError(f"benchmark.suites {published}: the published benchmarks' prompts need a backbone that "
                              "reads any text (model.backbone: amused); the embedded model knows its world's words")
         counts = [self.schedule.steps, *self.train.extra_steps]
-        if self.train.prompts_per_iter % self.train.processes:
-            raise ValueError(f"train.prompts_per_iter {self.train.prompts_per_iter} does not split over "
-                             f"train.processes {self.train.processes}: whole groups per process")
+        per_process(self.train.prompts_per_iter, self.train.processes, "train.prompts_per_iter")
         if len(set(counts)) < len(counts) or min(counts) < 1:
             raise ValueError(f"train.extra_steps {self.train.extra_steps}: step counts ≥ 1, distinct, not schedule.steps")
         return self

@@ -4,6 +4,7 @@ work fails at load with one line naming the key, before anything is written."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from cogrpo import config
@@ -11,7 +12,7 @@ from cogrpo.config import Params, ParamsError
 
 
 def cross_check(params: Params, source: str = "params") -> Params:
-    from cogrpo.rewards import REGISTRY, SERVED, Term
+    from cogrpo.rewards import REGISTRY, SERVED, train_terms
     from cogrpo.world.prompts import max_train_prompts
     from cogrpo.world.scenes import World
 
@@ -24,7 +25,7 @@ def cross_check(params: Params, source: str = "params") -> Params:
             t.name in SERVED for t in params.train.rewards):
         raise ParamsError(f"{source}: key 'reward_models.url': a training over {params.train.nodes} nodes needs a "
                           "reward server every node reaches (the stage's own listens on 127.0.0.1)")
-    _served_rewards_can_start(params, [Term.of(t) for t in params.train.rewards], source)
+    _served_rewards_can_start(params, train_terms(params.train), source)
     _benchmark_scorers_can_run(params, source)
     most = max_train_prompts(World(params.world), params.prompts)
     if params.train.prompts_per_iter > most:
@@ -83,8 +84,22 @@ def _served_rewards_can_start(params: Params, terms: list, source: str) -> None:
                           "environment with `make reward-env`, or give reward_models.url of a running server")
 
 
-def load_params(path: str | Path = "params.yaml") -> Params:
-    return cross_check(config.load_params(path), str(path))
+_LOADED: dict[tuple, Params] = {}
+
+
+def load_params(path: str | Path = "params.yaml", overrides: dict[str, object] | None = None) -> Params:
+    """The params file with dotted-key overrides applied, parsed and cross-checked once per process for the same
+    bytes and overrides (an entry point checks before Prefect starts, its flow loads again: one check, and a
+    copy each, so no caller sees another's changes)."""
+    path = Path(path)
+    key = (str(path.resolve()), path.read_bytes() if path.is_file() else None,
+           json.dumps(overrides or {}, sort_keys=True, default=str))
+    if key not in _LOADED:
+        params = config.load_params(path)
+        if overrides:
+            params = config.with_overrides(params, overrides, "overrides")
+        _LOADED[key] = cross_check(params, f"{path} with overrides" if overrides else str(path))
+    return _LOADED[key].model_copy(deep=True)
 
 
 def with_overrides(params: Params, overrides: dict[str, object], source: str = "overrides") -> Params:

@@ -5,7 +5,7 @@ around its loop, the same way: the CLIP prompt encoding (penultimate hidden stat
 null condition is the empty prompt), micro-conditioning [width, height, crop 0, 0, aesthetic score 6], the CFG
 combination uncond + w (cond − uncond) on the transformer's logits, and VQ-GAN decoding of the final tokens.
 What differs by design lives in the schedule (cogrpo.core.schedule): the pipeline does not temperature-scale its
-logits (τ_s = 1 reproduces it) and anneals its re-mask temperature linearly to 0 (`remask_decay: to_zero`).
+logits (τ_s = 1 reproduces it) and anneals its re-mask temperature linearly to 0 (`remask_anneal: to_zero`).
 
 A model update trains LoRA adapters (peft) on the transformer, or the whole transformer (`lora_rank: 0`). With
 adapters the KL reference is the same modules with the adapters switched off, never a second copy.

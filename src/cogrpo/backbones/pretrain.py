@@ -71,7 +71,6 @@ def lr_at(step: int, cfg: PretrainConfig) -> float:
 def pretrain(model: MDM, text: tuple[torch.Tensor, torch.Tensor], pool: ScenePool, cfg: PretrainConfig,
              on_log: Callable[[int, dict], None] | None = None, progress: bool = True) -> list[dict]:
     """Train in place. text = (states, mask) of every prompt row. Returns the logged loss records."""
-    torch.set_num_threads(cfg.threads)
     gen = torch.Generator().manual_seed(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     states, tmask = text

@@ -14,6 +14,8 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from cogrpo.core import shares
+
 
 @dataclass(frozen=True)
 class Ranks:
@@ -21,11 +23,8 @@ class Ranks:
     world: int = 1
 
     def share(self, n: int) -> slice:
-        """This rank's contiguous rows of n (n must divide evenly: whole groups per rank)."""
-        if n % self.world:
-            raise ValueError(f"{n} rows do not split evenly over {self.world} ranks")
-        per = n // self.world
-        return slice(self.rank * per, (self.rank + 1) * per)
+        """This rank's contiguous rows of n (n must divide evenly: whole groups per rank; cogrpo.core.shares)."""
+        return shares.share(n, self.world, self.rank)
 
     def sum_(self, tensors: list[torch.Tensor]) -> None:
         """Sum each tensor over the ranks, in place: one all-reduce per device and dtype (on GPUs the gradients go

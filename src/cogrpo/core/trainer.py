@@ -5,9 +5,11 @@
 trained step count (`train.extra_steps`), or with `train.share_schedule` one policy read at every step count through
 decoding progress; iterations cycle through the step counts, the model is shared. The mode decides only what is
 trainable and stochastic:
-  co        θ and φ train; schedule actions are sampled from π_φ
-  model     θ trains; the schedule is the deterministic base (actions 0, φ frozen)
-  schedule  φ trains; θ is frozen
+  co         θ and φ train, both in every update; schedule actions are sampled from π_φ
+  alternate  θ and φ train in turn (train.alternate): a θ phase updates θ with φ frozen, then a φ phase updates φ
+             with θ frozen; a θ phase's schedule is sampled, or π_φ's mean (alternate.model_phase_schedule)
+  model      θ trains; the schedule is the deterministic base (actions 0, φ frozen)
+  schedule   φ trains; θ is frozen
 Randomness of iteration i comes from seeds derived from (train.seed, i), so a resumed run replays
 exactly what an uninterrupted one would have done.
 """
@@ -90,8 +92,8 @@ class CoGRPO:
         self.policies = nn.ModuleDict({str(main): self.policy} | {
             str(T): ProgressSchedulePolicy(self.policy, bases[T]) if cfg.share_schedule else self._policy(bases[T])
             for T in extra})
-        self.train_model = cfg.mode in ("co", "model")
-        self.train_schedule = cfg.mode in ("co", "schedule")
+        self.train_model = cfg.mode in ("co", "alternate", "model")
+        self.train_schedule = cfg.mode in ("co", "alternate", "schedule")
         self.trained = model.trainable_parameters()
         model.requires_grad_(False)
         for p in self.trained:
@@ -120,6 +122,14 @@ class CoGRPO:
             return [{"params": rest}]
         return [{"params": rest}, {"params": readout, "lr": self.cfg.lr_schedule / readout[0].shape[1]}]
 
+    def phase(self) -> tuple[bool, bool]:
+        """(θ updates, φ updates) at this iteration: what the mode trains, and in mode alternate whose turn it is."""
+        if self.cfg.mode != "alternate":
+            return self.train_model, self.train_schedule
+        turns = self.cfg.alternate
+        model_turn = self.iteration % (turns.model_iterations + turns.schedule_iterations) < turns.model_iterations
+        return model_turn, not model_turn
+
     def current_steps(self) -> int:
         """This iteration's step count: the cycle [main, *extra] indexed by the iteration."""
         counts = [p.steps for p in self.policies.values()]
@@ -139,7 +149,9 @@ class CoGRPO:
         cond = batch.trajectory_cond()
         context = self.model.prompt_features(cond) if policy.conditioned else None
         if self.train_schedule:
-            actions = policy.act(noise, context)
+            at_mean = (self.cfg.mode == "alternate" and self.cfg.alternate.model_phase_schedule == "mean"
+                       and self.phase()[0])  # a θ phase rolling out at the schedule evaluation decodes with
+            actions = policy.act(torch.zeros_like(noise) if at_mean else noise, context)
             sched_logp = policy.log_prob(actions, context)
         else:  # model mode: the deterministic base schedule
             actions, sched_logp = torch.zeros(len(seeds), T, len(KNOBS)), torch.zeros(len(seeds), T)
@@ -167,6 +179,9 @@ class CoGRPO:
         cond, T = batch.trajectory_cond(), ro.traj.steps
         n_steps = max(1, math.ceil(cfg.step_fraction * T))
         gen = iteration_generator(cfg.seed, self.iteration, 2)
+        update_model, update_schedule = self.phase()
+        if cfg.mode == "alternate":
+            metrics["alternate/model_phase"] = float(update_model)
         skipped = 0
         for _ in range(cfg.inner_epochs):
             # one random subset of steps per epoch, shared by the batch, so the recompute is one forward
@@ -174,21 +189,21 @@ class CoGRPO:
             for opt in self._optimizers():
                 opt.zero_grad(set_to_none=True)
             part: dict[str, float] = {}
-            if self.train_model:
+            if update_model:
                 part |= self._model_backward(ro.traj, cond, steps, adv, len(everyone))
-            if self.train_schedule:
+            if update_schedule:
                 part |= self._schedule_backward(ro, steps, adv, len(rewards) / len(everyone))
-            part = self._sum_over_ranks(part)
+            part = self._sum_over_ranks(part, update_model, update_schedule)
             if not all(math.isfinite(v) for v in part.values()):
                 skipped += 1
                 for opt in self._optimizers():
                     opt.zero_grad(set_to_none=True)
                 continue
             metrics |= part
-            if self.train_model:
+            if update_model:
                 metrics["model/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.trained, cfg.max_grad_norm).item()
                 self.opt_model.step()
-            if self.train_schedule:
+            if update_schedule:
                 # every policy's parameters: the step count's own, or the shared one's (the others have no gradient)
                 metrics["schedule/grad_norm"] = torch.nn.utils.clip_grad_norm_(self.policies.parameters(),
                                                                                cfg.max_grad_norm).item()
@@ -231,14 +246,14 @@ class CoGRPO:
         loss.backward()
         return metrics
 
-    def _sum_over_ranks(self, metrics: dict[str, float]) -> dict[str, float]:
-        """The trained parameters' gradients and the metrics summed over the ranks, in one all-reduce (one process:
-        unchanged). A parameter without a gradient on this rank (a step count not trained this iteration) joins as
-        zeros, since every rank must reduce the same tensors, and leaves without one again, as Adam skips it."""
+    def _sum_over_ranks(self, metrics: dict[str, float], model: bool, schedule: bool) -> dict[str, float]:
+        """The gradients of the parameters this update steps (θ's if `model`, φ's if `schedule`) and the metrics
+        summed over the ranks, in one all-reduce (one process: unchanged). A parameter without a gradient on this
+        rank (a step count not trained this iteration) joins as zeros, since every rank must reduce the same
+        tensors, and leaves without one again, as Adam skips it."""
         if self.ranks.world == 1:
             return metrics
-        params = ((self.trained if self.train_model else [])
-                  + (list(self.policies.parameters()) if self.train_schedule else []))
+        params = (self.trained if model else []) + (list(self.policies.parameters()) if schedule else [])
         unused = [p for p in params if p.grad is None]
         for p in unused:
             p.grad = torch.zeros_like(p)

@@ -49,6 +49,12 @@ class Term(NamedTuple):
         return f"{self.name}_{self.version}" if self.version else self.name
 
 
+def train_terms(train) -> list[Term]:
+    """The reward terms a training optimises (cogrpo.config.TrainConfig.rewards), in their order: what its reward
+    server serves, what it scores and logs per term."""
+    return [Term.of(t) for t in train.rewards]
+
+
 def build(term: Term, world, server_url: str | None = None, timeout_s: float = 600.0) -> RewardFn:
     if term.name not in REGISTRY:
         raise InputError(f"unknown reward {term.name!r} (known: {', '.join(sorted(REGISTRY))})")

@@ -1,0 +1,61 @@
+"""The stages' metrics files (JSON, CSV, markdown) as views of their results: `view(result, out) → text`.
+
+flows/stages.py names each file with its view; the `stage` flow writes them after the stage (flows/pipeline.py),
+DVC shows them. A view reads only the result and the stage's output folder, so the same result gives the same text.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from cogrpo.model_folder import ModelFolder
+
+
+def json_text(value) -> str:
+    return json.dumps(value, indent=1) + "\n"
+
+
+def pretrain_loss(result: dict, out: Path) -> str:
+    return "step,loss\n" + "".join(f"{h['step']},{h['loss']:.5f}\n" for h in result["history"])
+
+
+TRAIN_CURVES = ["reward_mean", "reward_std", "zero_std_groups", "model/kl"]
+
+
+def train_curves(result: dict) -> pl.DataFrame:
+    """A training result's per-iteration curves (names with "/" as "_", as DVC's plots take them)."""
+    history = pl.DataFrame(result["history"])
+    return history.select("iteration", *[pl.col(c).alias(c.replace("/", "_")) for c in TRAIN_CURVES
+                                         if c in history.columns])
+
+
+def train_summary(result: dict, out: Path) -> str:
+    curves = train_curves(result)
+    last = curves.tail(max(1, curves.height // 10)).drop("iteration").mean().row(0, named=True)
+    return json_text({"mode": result["mode"], "iterations": curves.height,
+                      "last_10pct": {k: round(v, 6) for k, v in last.items()}})
+
+
+def train_history(result: dict, out: Path) -> str:
+    return train_curves(result).write_csv()
+
+
+def learned_schedule(result: dict, out: Path) -> str:
+    rows = json.loads(ModelFolder(out).schedule.read_text())["schedule"]
+    return json_text([{"step": t + 1} | r for t, r in enumerate(rows)])
+
+
+def benchmark_report(result: dict, out: Path) -> str:
+    """reports/benchmarks.md: every suite's metrics, one row per metric and variant, one column per step count."""
+    table = pl.read_csv(out / "table.csv")
+    wide = (table.with_columns(pl.col("value").round(4), pl.format("{} steps", pl.col("steps")).alias("T"))
+            .pivot(on="T", index=["suite", "metric", "model", "schedule"], values="value", sort_columns=False))
+    with pl.Config(tbl_formatting="MARKDOWN", tbl_hide_column_data_types=True, tbl_hide_dataframe_shape=True,
+                   tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=400):
+        body = str(wide)
+    return ("# Benchmarks\n\nWritten by the benchmark stage (`dvc repro benchmark`) from `outputs/benchmark/table.csv`: "
+            "model = base (pretrained) or trained, schedule = base or learned (carried to each step count).\n\n"
+            + body + "\n")
