@@ -255,12 +255,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     apply_defaults()
     from adapters.prefect_api import temporary_api
-    from cogrpo.validate import load_params, with_overrides
+    from cogrpo.validate import load_params
     from cogrpo.world.checker import Checker
     from cogrpo.world.scenes import World
 
     common = json.loads(args.set)
-    params = with_overrides(load_params(), common, "--set")
+    params = load_params("params.yaml", common)
     checker = Checker(World(params.world))
     train_steps = params.schedule.steps
     common |= {"benchmark.suites": list(SPLITS.values()), "benchmark.steps": STEPS}

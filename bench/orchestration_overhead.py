@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from cogrpo.io import write_json
-from cogrpo.validate import load_params, with_overrides
+from cogrpo.validate import load_params
 
 SMALL = {"pretrain.steps": 200, "train.iterations": 10, "train.checkpoint_every": 5, "train.sample_every": 100,
          "prompts.eval_per_tag": 12, "prompts.dpg_eval": 24}
@@ -68,7 +68,7 @@ def main() -> None:
     from adapters import tracking
     from flows.pipeline import pipeline
 
-    params = with_overrides(load_params(), SMALL)
+    params = load_params("params.yaml", SMALL)
     scratch = Path(tempfile.mkdtemp(prefix="overhead-", dir="runs"))
     params_file = scratch / "params.yaml"
     params_file.write_text(yaml.safe_dump(params.model_dump()))

@@ -32,7 +32,7 @@ from cogrpo.core.batch import GroupedBatch
 from cogrpo.core.generator import Condition
 from cogrpo.core.schedule import base_knobs
 from cogrpo.core.trainer import CoGRPO
-from cogrpo.validate import load_params, with_overrides
+from cogrpo.validate import load_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.flops import count_flops  # noqa: E402
@@ -56,7 +56,7 @@ def main() -> None:
     ap.add_argument("--set", default="{}", help="params overrides, JSON")
     ap.add_argument("--out", default="reports/update_cost.json")
     args = ap.parse_args()
-    params = with_overrides(load_params(), json.loads(args.set), "--set")
+    params = load_params("params.yaml", json.loads(args.set))
     torch.set_num_threads(params.threads)
     if Path("models/base/config.json").is_file():
         model = MDM.load("models/base")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
-from cogrpo.config import Params
+from cogrpo.config import SUITES, Params
 from cogrpo.core.schedule import resolve_schedule
 from cogrpo.errors import InputError
 from cogrpo.validate import benchmark_reward_terms
@@ -73,9 +73,12 @@ def benchmark_cells(params: Params, inputs: dict[str, Path], state_dir: Path) ->
     return cells
 
 
+# suite → its scorer, (params, suite, cell, dest) → metrics, or for a suite scored by the reward server,
+# (params, suite, cell, dest, url) → metrics; every suite config.SuiteName declares, no other
 SCORERS = {"embedded": scores.score_embedded, "embedded_seen": scores.score_embedded, "geneval": scores.score_geneval,
-           "dpg": scores.score_dpg}
-SERVED_SUITES = {"imagereward": scores.score_imagereward, "hpsv2": scores.score_hps}
+           "dpg": scores.score_dpg, "imagereward": scores.score_imagereward, "hpsv2": scores.score_hps}
+SERVED = {"imagereward", "hpsv2"}
+assert SCORERS.keys() == set(SUITES) and SERVED <= SCORERS.keys() and PUBLISHED.keys() <= SCORERS.keys()
 HEADLINE = ("overall", "score", "mean", "average")  # the metric of a suite drawn against steps: its summary
 
 
@@ -92,9 +95,8 @@ def benchmark_stage(params: Params, inputs: dict[str, Path], out: Path, ctx: Sta
                 for name, suite in suites.items():
                     cell, dest = cell_folder(cells, variant, steps, name), cell_folder(out, variant, steps, name)
                     link_images(cell, dest / "images")
-                    score = SCORERS.get(name)
-                    metrics = (score(params, suite, cell, dest) if score
-                               else SERVED_SUITES[name](params, suite, cell, dest, url))
+                    served = (url,) if name in SERVED else ()
+                    metrics = SCORERS[name](params, suite, cell, dest, *served)
                     model, schedule = variant.split("-")
                     rows += [{"suite": name, "metric": m, "steps": steps, "variant": variant, "model": model,
                               "schedule": schedule, "value": v} for m, v in metrics.items()]

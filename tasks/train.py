@@ -25,7 +25,6 @@ from cogrpo.config import Params
 from cogrpo.core import checkpoints
 from cogrpo.core.batch import GroupedBatch
 from cogrpo.core.distributed import SINGLE, Ranks
-from cogrpo.core.shares import per_process
 from cogrpo.core.policy import save_prompt_policy
 from cogrpo.core.schedule import base_knobs, save_schedule
 from cogrpo.core.trainer import CoGRPO, Rollout, draw_prompts, iteration_generator
@@ -34,6 +33,7 @@ from cogrpo.images import image_grid
 from cogrpo.io import read_specs
 from cogrpo.model_folder import ModelFolder
 from cogrpo.rewards import Term, combine, train_terms
+from cogrpo.shares import per_process
 from cogrpo.world.scenes import World
 
 

@@ -57,4 +57,4 @@ def test_schema_imports_only_leaf_modules():
 
     assert set(closure(("cogrpo.config",))) == {"src/cogrpo/__init__.py", "src/cogrpo/config.py", "src/cogrpo/errors.py",
                                                "src/cogrpo/world/__init__.py", "src/cogrpo/world/palette.py",
-                                               "src/cogrpo/core/__init__.py", "src/cogrpo/core/shares.py"}
+                                               "src/cogrpo/shares.py"}

@@ -1,8 +1,8 @@
 """The schema of params.yaml: every knob of the project, documented once, where it is declared.
 
 `load_params(path)` validates the whole file before any stage writes anything; a bad key, type or
-value raises `ParamsError` with one line naming the file and the dotted key. The schema imports only a leaf
-module of the library (the world's names); checks that need more of the library (reward names, prompt counts)
+value raises `ParamsError` with one line naming the file and the dotted key. The schema imports only leaf
+modules of the library (the world's names, the per-process split); checks that need more of the library (reward names, prompt counts)
 live in `cogrpo.validate`, which every entry point loads params through.
 
 A field marked `NOT_RESULT` changes how a run is logged or checkpointed, never what it computes: it stays out
@@ -17,7 +17,7 @@ from typing import Literal, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from cogrpo.core.shares import per_process
+from cogrpo.shares import per_process
 from cogrpo.errors import InputError
 from cogrpo.world.palette import PALETTE, SHAPES
 
@@ -63,7 +63,7 @@ class WorldConfig(_Section):
 
     @field_validator("shapes", "colors")
     @classmethod
-    def _known_names(cls, names: list[str], info: ValidationInfo) -> list[str]:
+    def _known_distinct_names(cls, names: list[str], info: ValidationInfo) -> list[str]:
         known = SHAPES if info.field_name == "shapes" else tuple(PALETTE)
         for name in names:
             if name not in known:
@@ -141,7 +141,7 @@ class ModelConfig(_Section):
     dropout: float = Field(0.0, ge=0, lt=1, description="Dropout inside the transformer blocks.")
 
     @model_validator(mode="after")
-    def _backbone_settings_agree(self) -> "ModelConfig":
+    def _architecture_is_buildable(self) -> "ModelConfig":
         """A snapshot for aMUSEd, fp32 for full fine-tuning, heads that divide the width."""
         if self.backbone == "amused" and not self.pretrained:
             raise ValueError("model.pretrained is required with model.backbone: amused (a snapshot folder or hub id)")
@@ -352,7 +352,7 @@ class TrainConfig(_Section):
         return v
 
     @model_validator(mode="after")
-    def _processes_fit_nodes(self) -> "TrainConfig":
+    def _nodes_can_host_the_processes(self) -> "TrainConfig":
         if self.processes % self.nodes:
             raise ValueError(f"processes {self.processes} do not split evenly over nodes {self.nodes}")
         if self.nodes > 1 and not self.rendezvous:
@@ -446,7 +446,7 @@ class BenchmarkConfig(_Section):
 
     @field_validator("steps")
     @classmethod
-    def _distinct_step_counts(cls, v: list[int]) -> list[int]:
+    def _positive_distinct_step_counts(cls, v: list[int]) -> list[int]:
         if len(set(v)) < len(v) or min(v) < 1:
             raise ValueError(f"{v}: step counts ≥ 1, distinct")
         return v

@@ -101,6 +101,3 @@ def load_params(path: str | Path = "params.yaml", overrides: dict[str, object] |
         _LOADED[key] = cross_check(params, f"{path} with overrides" if overrides else str(path))
     return _LOADED[key].model_copy(deep=True)
 
-
-def with_overrides(params: Params, overrides: dict[str, object], source: str = "overrides") -> Params:
-    return cross_check(config.with_overrides(params, overrides, source), source)

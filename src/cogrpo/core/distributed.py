@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from cogrpo.core import shares
+from cogrpo import shares
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class Ranks:
     world: int = 1
 
     def share(self, n: int) -> slice:
-        """This rank's contiguous rows of n (n must divide evenly: whole groups per rank; cogrpo.core.shares)."""
+        """This rank's contiguous rows of n (n must divide evenly: whole groups per rank; cogrpo.shares)."""
         return shares.share(n, self.world, self.rank)
 
     def sum_(self, tensors: list[torch.Tensor]) -> None:

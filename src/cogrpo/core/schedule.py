@@ -82,18 +82,13 @@ def transfer(knobs: torch.Tensor, base: torch.Tensor, new_base: torch.Tensor) ->
     """Carry a schedule (…, T, 4) learned on T steps to another step count: its residuals on `base` (T, 4),
     linearly interpolated over decoding progress, applied to `new_base` (T', 4)."""
     residual = to_preactivation(knobs) - to_preactivation(base)
-    T, T_new = len(base), len(new_base)
-    src = (torch.arange(T_new, dtype=torch.float32) + 0.5) * T / T_new - 0.5
-    lo = src.floor().clamp(0, T - 1).long()
-    hi = (lo + 1).clamp(max=T - 1)
-    w = (src - lo).clamp(0, 1)[:, None]
-    return apply_actions(new_base, residual[..., lo, :] * (1 - w) + residual[..., hi, :] * w)
+    return apply_actions(new_base, progress_weights(len(base), len(new_base)) @ residual)
 
 
 def progress_weights(T: int, T_new: int) -> torch.Tensor:
     """(T_new, T): row i linearly interpolates T per-step values at the decoding progress of step i of T_new (step
-    centres matched), the same weights `transfer` uses; the identity when T_new == T. (`transfer` keeps its own
-    gather-and-lerp: as a matrix product its rounding could move the committed figures at other step counts.)"""
+    centres matched); the identity when T_new == T. `transfer` and `ProgressSchedulePolicy` both carry per-step
+    values to other step counts with it."""
     src = (torch.arange(T_new, dtype=torch.float32) + 0.5) * T / T_new - 0.5
     lo = src.floor().clamp(0, T - 1).long()
     hi = (lo + 1).clamp(max=T - 1)
