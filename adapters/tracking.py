@@ -1,7 +1,8 @@
 """MLflow tracking: a local sqlite store in the repo, runs addressed by id (MLflow's active run is per thread).
 
-`run(...)` is the one run lifecycle: a RUNNING run with the provenance tags (git commit, host and pid; the
-stages add the sha256 of the files they read and wrote), FINISHED when its block ends, FAILED when it raises, KILLED on Ctrl-C. A run whose process died
+Every run has one lifecycle (`_lifecycle`, under `run(...)` and the `dvc repro` group run, `dvc_group()`): a
+RUNNING run with the provenance tags (git commit, host and pid; the stages add the sha256 of the files they read
+and wrote), FINISHED when its block ends, FAILED when it raises, KILLED on Ctrl-C. A run whose process died
 (kill -9, power loss) is found by its pid on the next start and marked FAILED.
 """
 
@@ -99,14 +100,10 @@ def start_run(name: str, tags: dict[str, str] | None = None, parent_id: str | No
 
 
 @contextlib.contextmanager
-def run(name: str, tags: dict[str, str] | None = None, parent_id: str | None = None,
-        params: dict | None = None) -> Iterator[str]:
-    """A run for the block (nested under parent_id when given), logging `params` flattened; yields its id."""
-    run_id = start_run(name, tags, parent_id)
+def _lifecycle(run_id: str) -> Iterator[None]:
+    """End `run_id` with the block: FINISHED when it ends, KILLED on Ctrl-C, FAILED when it raises."""
     try:
-        if params:
-            log_params(run_id, params)
-        yield run_id
+        yield
     except KeyboardInterrupt:
         end_run(run_id, status="KILLED")
         raise
@@ -114,6 +111,17 @@ def run(name: str, tags: dict[str, str] | None = None, parent_id: str | None = N
         end_run(run_id, status="FAILED")
         raise
     end_run(run_id)
+
+
+@contextlib.contextmanager
+def run(name: str, tags: dict[str, str] | None = None, parent_id: str | None = None,
+        params: dict | None = None) -> Iterator[str]:
+    """A run for the block (nested under parent_id when given), logging `params` flattened; yields its id."""
+    run_id = start_run(name, tags, parent_id)
+    with _lifecycle(run_id):
+        if params:
+            log_params(run_id, params)
+        yield run_id
 
 
 def _dvc_pid() -> int | None:
@@ -149,15 +157,8 @@ def dvc_group() -> Iterator[str | None]:
     else:
         name = f"dvc exp run · {os.environ['DVC_EXP_NAME']}" if os.environ.get("DVC_EXP_NAME") else "dvc repro"
         group = start_run(name, {"cogrpo.dvc_pid": str(pid), "cogrpo.pid": str(pid)})
-    try:
+    with _lifecycle(group):
         yield group
-    except KeyboardInterrupt:
-        end_run(group, status="KILLED")
-        raise
-    except BaseException:
-        end_run(group, status="FAILED")
-        raise
-    end_run(group)
 
 
 def set_tags(run_id: str, tags: dict[str, str]) -> None:

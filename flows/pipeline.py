@@ -1,4 +1,5 @@
-"""The flows a user runs: the whole experiment (`pipeline`), one DVC stage (`stage`), one model's benchmark.
+"""The flows a user runs: the whole experiment (`pipeline`), one DVC stage (`stage`), one model's benchmark, one
+shard of a stage's image generation (`generate`).
 
 `pipeline`: every stage of flows/stages.py in order — prompt prep → tokenizer → pretrain → baseline eval →
 schedule sweep → Co-GRPO (rollout → score → update, looped) → eval → benchmark (variants × step counts ×
@@ -11,6 +12,9 @@ per execution with a nested run per stage.
 `stage`: what `dvc repro` runs for one stage (`python -m pipelines.stage NAME`): the same stage task on the
 workspace's input folders, then its output copied from the store to the workspace path DVC tracks and its
 metrics files written. Both ways share the store, so neither recomputes what the other did.
+
+`generate`: one shard of the baseline, evaluate or benchmark stage's images, into its state folder, for a worker
+per shard; the stage then finds those batches done.
 """
 
 from __future__ import annotations
@@ -98,7 +102,8 @@ def pipeline(params_file: str = "params.yaml", mode: Mode | None = None, steps: 
 
     Args:
         params_file: the params file every other field starts from, relative to the working folder.
-        mode: what Co-GRPO trains: co (model and schedule), model, or schedule. Empty: train.mode of params_file.
+        mode: what Co-GRPO trains: co (model and schedule, together), alternate (model and schedule in turn,
+            train.alternate), model, or schedule. Empty: train.mode of params_file.
         steps: inference steps T of the schedule. Empty: schedule.steps of params_file.
         seed: the training seed. Empty: train.seed of params_file.
         overrides: any other params key, dotted, with its value, e.g. {"train.lr_schedule": 0.3, "train.iterations":
@@ -203,12 +208,13 @@ def benchmark(suites: list[SuiteName] | None = None, steps: list[int] | None = N
     generated again); ends with the scores as a table artifact and a log line.
 
     Args:
-        suites: embedded, geneval, dpg, imagereward, hpsv2. Empty: benchmark.suites of params_file.
+        suites: embedded, embedded_seen, geneval, dpg, imagereward, hpsv2. Empty: benchmark.suites of params_file.
         steps: inference step counts, e.g. [2, 4, 8, 16]. Empty: benchmark.steps of params_file.
         variants: base-base, trained-base, trained-learned (model-schedule). Empty: benchmark.variants.
         trained_dir: the trained model folder (with its learned schedule.json), e.g. models/trained.
         base_dir: the base model folder it was trained from, e.g. models/base.
-        prompts_dir: the embedded world's prompt sets (the embedded suite reads eval_heldout.parquet).
+        prompts_dir: the embedded world's prompt sets (the embedded suite reads eval_heldout.parquet,
+            embedded_seen eval_seen.parquet).
         tokenizer_dir: the tokenizer that decodes the embedded model's tokens.
         params_file: the params file every other setting comes from.
         overrides: any other params key, dotted, e.g. {"benchmark.max_prompts": 50}. Empty: none.

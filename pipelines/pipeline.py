@@ -1,6 +1,6 @@
 """Command line of the `pipeline` Prefect flow (flows/pipeline.py): every stage, through the shared store.
 
-    python -m pipelines.pipeline [--params params.yaml] [--mode co|model|schedule] [--steps T] [--seed S]
+    python -m pipelines.pipeline [--params params.yaml] [--mode co|alternate|model|schedule] [--steps T] [--seed S]
                                  [--set train.lr_schedule=0.3 ...] [--root runs]
 """
 
