@@ -126,16 +126,20 @@ def test_adapters_round_trip_and_the_export_loads_in_amused_pipeline(tiny, tmp_p
                            exported.transformer.state_dict()["mlm_layer.conv1.weight"])
 
 
-def test_one_co_grpo_update_moves_only_the_adapters_and_the_schedule(tiny):
+@pytest.mark.parametrize("policy", ["per_step", "state"])
+def test_one_co_grpo_update_moves_only_the_adapters_and_the_schedule(tiny, policy):
     gen = _gen(tiny, lora_rank=4)
     frozen = {n: p.clone() for n, p in gen.transformer.named_parameters() if "lora_" not in n}
-    cfg = TrainConfig(mode="co", group_size=4, prompts_per_iter=3, lr_model=1e-2)
+    cfg = TrainConfig(mode="co", group_size=4, prompts_per_iter=3, lr_model=1e-2, schedule_policy=policy)
     trainer = CoGRPO(gen, base_knobs(AMUSED_DEFAULTS.model_copy(update={"steps": 4})), cfg)
     batch = GroupedBatch(torch.arange(3), gen.encode(PROMPTS), 4)
     before = [p.clone() for p in gen.trainable_parameters()]
     ro = trainer.rollout(batch)
     metrics = trainer.update(batch, ro, torch.arange(12.0) % 3)
-    assert metrics["skipped"] == 0 and metrics["model/grad_norm"] > 0
+    assert metrics["skipped"] == 0 and metrics["model/grad_norm"] > 0 and metrics["schedule/grad_norm"] > 0
+    if policy == "state":  # CLIP's pooled features and aMUSEd's codebook through the same interface, exactly
+        assert ro.features.shape == (12, 4, 9) and ro.features[:, 1:, 3:].abs().sum() > 0
+        assert abs(metrics["schedule/ratio_mean"] - 1) < 1e-5
     assert any(not torch.equal(a, b) for a, b in zip(before, gen.trainable_parameters()))
     assert all(torch.equal(p, frozen[n]) for n, p in gen.transformer.named_parameters() if "lora_" not in n)
 
