@@ -174,8 +174,8 @@ def test_a_progress_view_is_the_source_carried_to_its_step_count():
 
 
 def test_a_prompt_policy_decodes_at_another_step_count_as_a_shared_schedule_trained_it():
-    """decoding_schedule carries the mean actions, not the knob values: they differ where a knob saturates (here the last
-    step's ratio, 0 in the base, pushed further down — which training at 16 steps does to a shared schedule)."""
+    """decoding_schedule carries the mean actions, not the knob values: they differ where a knob saturates (here the
+    last step's ratio, 0 in the base, pushed further down — which training at 16 steps does to a shared schedule)."""
     policy, context = _moved(PromptSchedulePolicy(base_knobs(ScheduleConfig(steps=8)), F, 0.15, 0.03)), torch.randn(3, F)
     with torch.no_grad():
         policy.mean[-1, 0] = -2.0

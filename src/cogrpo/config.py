@@ -367,9 +367,10 @@ class TrainConfig(_Section):
         if self.share_schedule and not self.extra_steps:
             raise ValueError("share_schedule: true shares the schedule across step counts, but extra_steps names none "
                              "beside schedule.steps")
-        if self.schedule_policy != "per_step" and self.extra_steps and not self.share_schedule:
-            raise ValueError(f"schedule_policy: {self.schedule_policy} with extra_steps needs share_schedule: true (one "
-                             f"{self.schedule_policy} policy is exported, so every step count must decode with that one)")
+        kind = self.schedule_policy
+        if kind != "per_step" and self.extra_steps and not self.share_schedule:
+            raise ValueError(f"schedule_policy: {kind} with extra_steps needs share_schedule: true (one {kind} policy "
+                             "is exported, so every step count must decode with that one)")
         return self
 
 

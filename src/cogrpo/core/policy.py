@@ -205,12 +205,16 @@ def save_conditioned_policy(policy: PromptSchedulePolicy | StateSchedulePolicy, 
     from safetensors.torch import save_file
 
     kind = "state" if policy.stateful else "prompt"
-    shape = ({"features": str(policy.net[0].in_features - policy.state_features), "hidden": str(policy.net[0].out_features),
-              "state_features": str(policy.state_features)} if policy.stateful
-             else {"features": str(policy.head.in_features)})
+    if policy.stateful:
+        first = policy.net[0]
+        shape = {"features": first.in_features - policy.state_features, "hidden": first.out_features,
+                 "state_features": policy.state_features}
+    else:
+        shape = {"features": policy.head.in_features}
     moved = ",".join(k for k, m in zip(KNOBS, policy.moves) if m)
     save_file({k: v.contiguous() for k, v in policy.state_dict().items()}, str(path),
-              metadata={"kind": kind, "sigma_floor": repr(policy.sigma_floor), "knobs": moved} | shape)
+              metadata={"kind": kind, "sigma_floor": repr(policy.sigma_floor), "knobs": moved}
+              | {k: str(v) for k, v in shape.items()})
 
 
 def load_conditioned_policy(path) -> PromptSchedulePolicy | StateSchedulePolicy:

@@ -154,7 +154,7 @@ class CoGRPO:
         if not self.train_schedule:  # model mode: the deterministic base schedule
             actions = torch.zeros(len(seeds), T, len(KNOBS))
             traj = sample(self.model, cond, policy.knobs(actions), seeds, batch.trajectory_rows())
-            return Rollout(traj, actions, torch.zeros(len(seeds), T))
+            return Rollout(traj, actions, torch.zeros(len(seeds), T), context)
         at_mean = (self.cfg.mode == "alternate" and self.cfg.alternate.model_phase_schedule == "mean"
                    and self.phase()[0])  # a θ phase rolling out at the schedule evaluation decodes with
         noise = torch.zeros_like(noise) if at_mean else noise
