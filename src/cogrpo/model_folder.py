@@ -58,14 +58,18 @@ class ModelFolder:
         """Every learned schedule file it holds: schedule.json, then schedule_T<n>.json by name."""
         return [p for p in [self.schedule, *sorted(self.path.glob("schedule_T*.json"))] if p.is_file()]
 
+    def conditioned_policy(self) -> Path | None:
+        """The prompt- or state-conditioned policy file it holds, if any (a training exports at most one)."""
+        return next((p for p in (self.prompt_policy, self.state_policy) if p.is_file()), None)
+
     def schedule_for(self, steps: int) -> tuple[Path | None, Path | None]:
         """What decodes at `steps` steps, as (per-step schedule file, conditioned policy file): with a prompt- or
         state-conditioned policy, (None, the policy) — its schedules are carried to the base schedule at `steps`;
         else the schedule trained at `steps` (schedule_T<steps>.json), else schedule.json (carried to `steps`), or
         without one None (the base schedule); and no policy."""
-        for policy in (self.prompt_policy, self.state_policy):
-            if policy.is_file():
-                return None, policy
+        policy = self.conditioned_policy()
+        if policy:
+            return None, policy
         if self.schedule_at(steps).is_file():
             return self.schedule_at(steps), None
         return (self.schedule if self.schedule.is_file() else None), None
