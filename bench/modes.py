@@ -20,7 +20,7 @@ run. Every stage goes through the store, so an interrupted ablation, rerun, reco
 lr_scale multiplies both learning rates of params.yaml (each mode uses the one it trains); --set overrides params
 for every run (the trained step count is then --set's). A one-point grid (`--grid '{}'`: params.yaml's setting)
 skips tuning. A mode written `co:prompt` is co with the prompt-conditioned schedule policy
-(train.schedule_policy: prompt), seeded like the others at co's chosen point when co comes before it in --modes (a
+(train.schedule_policy: prompt; `co:state`, `alternate:state`: the state-conditioned one), seeded like the others at co's chosen point when co comes before it in --modes (a
 drop-in for co's per-step policy: the same setting, only the policy differs), else tuned on its own.
 --reuse takes a seeded run from an earlier report instead of running it when mode, seed and overrides are the same
 (the record says where it came from): e.g. co's seeds from the ablation beside a new co:prompt, when the code changed

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default="reports/prompt_schedules")
     args = ap.parse_args(argv)
     from cogrpo.backbones.loading import load_generator
-    from cogrpo.core.policy import load_prompt_policy
+    from cogrpo.core.policy import load_conditioned_policy
     from cogrpo.core.schedule import KNOBS
     from cogrpo.io import read_specs
     from cogrpo.model_folder import ModelFolder
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> dict:
     policy_file = ModelFolder(args.model).prompt_policy
     if not policy_file.is_file():
         raise SystemExit(f"{policy_file}: not found (train with train.schedule_policy: prompt)")
-    policy = load_prompt_policy(policy_file)
+    policy = load_conditioned_policy(policy_file)
     gen = load_generator(load_params().model, {"model": Path(args.model), "tokenizer": Path(args.tokenizer)})
     specs = [s for split in ("eval_heldout", "eval_seen") for s in read_specs(Path(args.prompts) / f"{split}.parquet")]
     tags = [s["tag"] for s in specs]

@@ -1,8 +1,9 @@
 """Export a trained aMUSEd as a standalone diffusers folder: `python -m pipelines.export models/trained OUT`.
 
 OUT holds the snapshot's parts with the trained LoRA adapters merged into the transformer, loadable by
-`AmusedPipeline.from_pretrained(OUT)`, and the learned schedules (`ModelFolder.schedules`) beside them (the
-pipeline itself cannot take per-step knobs; cogrpo's sampler does). The model params come from params.yaml
+`AmusedPipeline.from_pretrained(OUT)`, and the learned schedules (`ModelFolder.schedules`) and a prompt- or
+state-conditioned policy (`ModelFolder.conditioned_policy`) beside them (the pipeline itself cannot take per-step
+knobs, nor choose them step by step; cogrpo's sampler does: docs/amused.md). The model params come from params.yaml
 (model.pretrained names the base snapshot). No Prefect, no MLflow: a file conversion.
 """
 
@@ -32,8 +33,9 @@ def main(argv: list[str] | None = None) -> Path:
             raise InputError(f"{args.params}: model.backbone is {cfg.backbone!r}; only aMUSEd exports to diffusers")
         gen = load_generator(cfg, {"model": args.model})
         gen.export(args.out)
-        for schedule in ModelFolder(args.model).schedules():
-            shutil.copy(schedule, args.out / schedule.name)
+        folder = ModelFolder(args.model)
+        for file in [*folder.schedules(), *filter(None, [folder.conditioned_policy()])]:
+            shutil.copy(file, args.out / file.name)
     except (InputError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

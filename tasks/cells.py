@@ -31,7 +31,7 @@ from cogrpo.backbones.loading import load_generator
 from cogrpo.benchmarks.geneval import sample_batch
 from cogrpo.config import Params
 from cogrpo.core.generator import Generator
-from cogrpo.core.policy import SchedulePolicy, load_prompt_policy, prompt_knobs
+from cogrpo.core.policy import SchedulePolicy, decoding_schedule, load_conditioned_policy
 from cogrpo.core.schedule import resolve_schedule
 from cogrpo.errors import InputError
 from cogrpo.io import fsync_dir, process_alive, write_bytes_atomic, write_text_atomic
@@ -52,8 +52,9 @@ class Suite:
 @dataclass(frozen=True)
 class Cell:
     """One cell to generate: its folder, prompts, (T, 4) schedule, and the stage input holding its model. With a
-    prompt-conditioned policy (a trained model's ModelFolder.prompt_policy), each prompt's schedule is the
-    policy's for that prompt, carried to the step count of `knobs` (then the base schedule at that count)."""
+    conditioned policy (a trained model's ModelFolder.prompt_policy or state_policy), each prompt's schedule is the
+    policy's for that prompt (a state policy's: chosen step by step), carried to the step count of `knobs` (then
+    the base schedule at that count)."""
 
     folder: Path
     suite: Suite
@@ -63,8 +64,8 @@ class Cell:
 
 
 def model_schedule(params: Params, model: Path, steps: int | None = None) -> tuple[torch.Tensor, Path | None]:
-    """How a model folder decodes at `steps` (default schedule.steps), as its (T, 4) schedule and its prompt policy
-    file: the files ModelFolder.schedule_for names, resolved against the base schedule at `steps`."""
+    """How a model folder decodes at `steps` (default schedule.steps), as its (T, 4) schedule and its conditioned
+    policy file: the files ModelFolder.schedule_for names, resolved against the base schedule at `steps`."""
     schedule, policy = ModelFolder(model).schedule_for(steps or params.schedule.steps)
     return resolve_schedule(params.schedule, schedule, steps), policy
 
@@ -139,9 +140,9 @@ def generate_cell(gen: Generator, suite: Suite, knobs: torch.Tensor, seed: int, 
             start = b * batch_prompts
             chunk = suite.prompts[start:start + batch_prompts]
             with torch.no_grad():
-                batch_knobs = knobs if policy is None else prompt_knobs(
-                    policy, gen.prompt_features(gen.encode(chunk)), knobs).repeat_interleave(suite.samples, 0)
-                traj = sample_batch(gen, chunk, start, batch_knobs, suite.samples, seed)
+                batch_knobs, choose = (knobs, None) if policy is None else decoding_schedule(
+                    policy, gen.prompt_features(gen.encode(chunk)).repeat_interleave(suite.samples, 0), knobs)
+                traj = sample_batch(gen, chunk, start, batch_knobs, suite.samples, seed, choose)
             folders = set()
             for k, (p, img) in enumerate(zip(traj.prompt_index.tolist(), gen.decode(traj.tokens))):
                 folder = cell / "images" / f"{p:05d}"
@@ -215,7 +216,7 @@ def generate_cells(params: Params, inputs: dict[str, Path], cells: list[Cell], s
         ran[name] = generate_cell(loaded[cell.model], cell.suite, cell.knobs, params.eval.seed, batch_prompts,
                                   cell.folder, shard, shards,
                                   on_batch=lambda b, label=name, total=total: report and report(label, b + 1, total),
-                                  policy=cell.policy and load_prompt_policy(cell.policy))
+                                  policy=cell.policy and load_conditioned_policy(cell.policy))
     return ran
 
 

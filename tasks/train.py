@@ -25,7 +25,7 @@ from cogrpo.config import Params
 from cogrpo.core import checkpoints
 from cogrpo.core.batch import GroupedBatch
 from cogrpo.core.distributed import SINGLE, Ranks
-from cogrpo.core.policy import save_prompt_policy
+from cogrpo.core.policy import save_conditioned_policy
 from cogrpo.core.schedule import base_knobs, save_schedule
 from cogrpo.core.trainer import CoGRPO, Rollout, draw_prompts, iteration_generator
 from cogrpo.errors import InputError
@@ -133,15 +133,16 @@ class TrainingSession:
 
     def export(self, out: Path) -> dict:
         """The trained model folder (cogrpo.model_folder) → out: the generator's trained weights, its learned
-        schedule (plain per-step JSON, one file per trained step count), a prompt-conditioned policy's per-prompt
-        part, the training's record; returns the run's summary and history."""
+        schedule (plain per-step JSON, one file per trained step count), a prompt- or state-conditioned policy whole,
+        the training's record; returns the run's summary and history."""
         checkpoints.require_finite(self.trained_weights(), "the trained model")
         self.generator.save_trained(out)
         folder = ModelFolder(out)
         for i, (T, knobs) in enumerate(self.trainer.learned_schedules().items()):
             save_schedule(knobs, folder.schedule if i == 0 else folder.schedule_at(T))
-        if self.trainer.policy.conditioned:  # the per-prompt part beside the per-step one
-            save_prompt_policy(self.trainer.policy, folder.prompt_policy)
+        policy = self.trainer.policy
+        if policy.conditioned:  # the per-prompt (and per-state) part beside the per-step one
+            save_conditioned_policy(policy, folder.state_policy if policy.stateful else folder.prompt_policy)
         last = self.history[-max(1, len(self.history) // 10):]
         reward = sum(h["reward_mean"] for h in last) / len(last) if last else float("nan")
         folder.write_record({"mode": self.cfg.mode, "iterations": self.iteration, "reward_last_10pct": reward})

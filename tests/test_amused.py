@@ -126,16 +126,20 @@ def test_adapters_round_trip_and_the_export_loads_in_amused_pipeline(tiny, tmp_p
                            exported.transformer.state_dict()["mlm_layer.conv1.weight"])
 
 
-def test_one_co_grpo_update_moves_only_the_adapters_and_the_schedule(tiny):
+@pytest.mark.parametrize("policy", ["per_step", "state"])
+def test_one_co_grpo_update_moves_only_the_adapters_and_the_schedule(tiny, policy):
     gen = _gen(tiny, lora_rank=4)
     frozen = {n: p.clone() for n, p in gen.transformer.named_parameters() if "lora_" not in n}
-    cfg = TrainConfig(mode="co", group_size=4, prompts_per_iter=3, lr_model=1e-2)
+    cfg = TrainConfig(mode="co", group_size=4, prompts_per_iter=3, lr_model=1e-2, schedule_policy=policy)
     trainer = CoGRPO(gen, base_knobs(AMUSED_DEFAULTS.model_copy(update={"steps": 4})), cfg)
     batch = GroupedBatch(torch.arange(3), gen.encode(PROMPTS), 4)
     before = [p.clone() for p in gen.trainable_parameters()]
     ro = trainer.rollout(batch)
     metrics = trainer.update(batch, ro, torch.arange(12.0) % 3)
-    assert metrics["skipped"] == 0 and metrics["model/grad_norm"] > 0
+    assert metrics["skipped"] == 0 and metrics["model/grad_norm"] > 0 and metrics["schedule/grad_norm"] > 0
+    if policy == "state":  # CLIP's pooled features and aMUSEd's codebook through the same interface, exactly
+        assert ro.features.shape == (12, 4, 9) and ro.features[:, 1:, 3:].abs().sum() > 0
+        assert abs(metrics["schedule/ratio_mean"] - 1) < 1e-5
     assert any(not torch.equal(a, b) for a, b in zip(before, gen.trainable_parameters()))
     assert all(torch.equal(p, frozen[n]) for n, p in gen.transformer.named_parameters() if "lora_" not in n)
 
@@ -265,3 +269,41 @@ def test_micro_batches_accumulate_the_same_gradient(tiny, mode):
     worst = max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(*grads))
     assert worst < 1e-4, worst  # relative to each tensor's largest entry
     assert logged[0] == pytest.approx(logged[1], rel=1e-4, abs=1e-7)  # the surrogate is ~0 at ratio 1
+
+
+def test_the_export_carries_a_state_policy_that_decodes_the_exported_folder(tiny, tmp_path):
+    """pipelines.export writes state_policy.safetensors beside schedule.json, and the exported folder decodes under it
+    as docs/amused.md shows (adapters merged, the policy choosing each step's knobs from the canvas) as the trained
+    model does: the same knobs and tokens."""
+    import yaml
+
+    from cogrpo.core.policy import (StateSchedulePolicy, decoding_schedule, load_conditioned_policy,
+                                    save_conditioned_policy)
+    from cogrpo.core.schedule import save_schedule
+    from cogrpo.model_folder import ModelFolder
+    from pipelines.export import main
+
+    gen = _gen(tiny, lora_rank=4)
+    _perturb_adapters(gen, 0.01)
+    trained = ModelFolder(tmp_path / "trained")
+    gen.save_trained(trained.path)
+    policy = StateSchedulePolicy(base_knobs(AMUSED_DEFAULTS.model_copy(update={"steps": 4})), gen.prompt_feature_dim)
+    with torch.no_grad():
+        policy.net[-1].weight.normal_(0, 0.3, generator=torch.Generator().manual_seed(0))
+    save_schedule(policy.deterministic_knobs(), trained.schedule)
+    save_conditioned_policy(policy, trained.state_policy)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"model": {"backbone": "amused", "pretrained": str(tiny),
+                                                                     "lora_rank": 4}}))
+    out = main([str(trained.path), str(tmp_path / "export"), "--params", str(tmp_path / "params.yaml")])
+    assert (out / "state_policy.safetensors").read_bytes() == trained.state_policy.read_bytes()
+    assert (out / "schedule.json").is_file()
+
+    def decode(generator, policy):
+        cond = generator.encode(PROMPTS)
+        knobs, choose = decoding_schedule(policy, generator.prompt_features(cond), policy.base)
+        return sample(generator, cond, knobs, torch.arange(len(PROMPTS)), choose=choose)
+
+    exported = _gen(out, lora_rank=0)
+    mine, theirs = decode(gen, policy), decode(exported, load_conditioned_policy(out / "state_policy.safetensors"))
+    assert torch.equal(mine.tokens, theirs.tokens) and torch.allclose(mine.knobs, theirs.knobs, atol=1e-4)
+    assert not torch.allclose(mine.knobs[0], mine.knobs[1], atol=1e-3)  # prompts and canvases get their own knobs

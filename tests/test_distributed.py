@@ -30,7 +30,8 @@ def _state(trainer: CoGRPO) -> dict[str, torch.Tensor]:
 
 CASES = [("embedded", "co", None, "per_step"), ("embedded", "model", 4, "per_step"),
          ("embedded", "schedule", None, "per_step"), ("embedded", "co", None, "prompt"),
-         ("embedded", "alternate", 2, "per_step"), ("amused", "co", 4, "per_step")]  # backbone, mode, train.micro_batch, train.schedule_policy
+         ("embedded", "alternate", 2, "per_step"), ("embedded", "co", 2, "state"),
+         ("amused", "co", 4, "per_step")]  # backbone, mode, train.micro_batch, train.schedule_policy
 
 
 def _generator(backbone: str, folder: str):
@@ -95,8 +96,10 @@ def test_two_ranks_train_what_one_process_trains(tmp_path):
                 assert abs(value - metrics_two[key]) <= 1e-5 * max(1.0, abs(value)), (case, key, value, metrics_two[key])
             moved = {k.split(".")[0] for k in one if not torch.equal(one[k], start[k])}  # not a vacuous equality
             assert moved == {"model": {"model"}, "schedule": {"policy"}}.get(mode, {"model", "policy"})
-            if case[3] == "prompt":  # the prompt read-out learned too
-                assert any(".head." in k and not torch.equal(one[k], start[k]) for k in one)
+            if case[3] != "per_step":  # the prompt read-out, or both layers of the state network, learned too
+                layers = (".head.",) if case[3] == "prompt" else (".net.0.", ".net.2.")
+                for layer in layers:
+                    assert any(layer in k and not torch.equal(one[k], start[k]) for k in one), (case, layer)
     finally:
         torch.set_num_threads(threads)
 

@@ -165,9 +165,10 @@ def _tiny_trainer(mode, extra_steps=(), **train):
     return CoGRPO(model, bases, cfg)
 
 
+@pytest.mark.parametrize("policy", ["per_step", "state"])
 @pytest.mark.parametrize("mode", ["co", "model", "schedule"])
-def test_freezing_rule(mode):
-    tr = _tiny_trainer(mode)
+def test_freezing_rule(mode, policy):
+    tr = _tiny_trainer(mode, schedule_policy=policy)
     batch = _batch()
     before_model = {k: v.clone() for k, v in tr.model.state_dict().items()}
     before_policy = {k: v.clone() for k, v in tr.policy.state_dict().items()}
@@ -220,6 +221,22 @@ def test_a_prompt_read_out_moves_the_schedule_no_further_than_the_per_step_mean(
     assert per_step_move == pytest.approx(0.1, rel=0.05)  # Adam's first step: the learning rate
 
 
+def test_a_state_network_moves_the_schedule_no_further_than_the_per_step_mean():
+    """Each layer of the state policy's network learns at lr_schedule ÷ its fan-in (as a prompt read-out does): one
+    Adam step moves the mean of any state by no more than the per-step mean moves; the last layer starts at zero,
+    so the first step moves it alone."""
+    tr = _tiny_trainer("schedule", schedule_policy="state")
+    assert [g["lr"] for g in tr.opt_sched.param_groups] == pytest.approx([0.1, 0.1 / (9 + 16), 0.1 / 32])
+    batch = _batch()
+    ro = tr.rollout(batch)
+    first = tr.policy.net[0].weight.detach().clone()
+    tr.update(batch, ro, torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0]))
+    residual = tr.policy.state_residual(ro.context, ro.features).detach()
+    per_step_move = tr.policy.mean.detach().abs().max()
+    assert 0 < residual.abs().max() <= 2 * per_step_move
+    assert torch.equal(first, tr.policy.net[0].weight)  # no gradient through a zero last layer yet
+
+
 def test_first_update_is_on_policy_and_nan_is_skipped():
     tr = _tiny_trainer("co")
     batch = _batch()
@@ -265,16 +282,19 @@ def test_a_shared_schedule_trains_one_policy_at_every_step_count():
     assert torch.allclose(tr.learned_schedules()[2], at_2)  # the main policy read at 2 steps, nothing of its own
 
 
-@pytest.mark.parametrize("extra_steps,share", [((), False), ((2,), False), ((2,), True)])
-def test_checkpoint_roundtrip(tmp_path, extra_steps, share):
-    tr = _tiny_trainer("co", extra_steps, share_schedule=share)
+@pytest.mark.parametrize("extra_steps,share,policy", [((), False, "per_step"), ((2,), False, "per_step"),
+                                                      ((2,), True, "per_step"), ((2,), True, "state")])
+def test_checkpoint_roundtrip(tmp_path, extra_steps, share, policy):
+    tr = _tiny_trainer("co", extra_steps, share_schedule=share, schedule_policy=policy)
     batch = _batch()
     r = torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
-    tr.update(batch, tr.rollout(batch), r)
+    for _ in range(3):  # at 4, 2 and 4 steps: a state policy's network (both layers) has moved by then
+        tr.update(batch, tr.rollout(batch), r)
     tr.save(tmp_path)
-    again = _tiny_trainer("co", extra_steps, share_schedule=share)
+    again = _tiny_trainer("co", extra_steps, share_schedule=share, schedule_policy=policy)
     again.load(tmp_path)
-    assert again.iteration == tr.iteration == 1
+    assert again.iteration == tr.iteration == 3
+    assert all(torch.equal(v, again.policies.state_dict()[k]) for k, v in tr.policies.state_dict().items())
     a, b = tr.update(batch, tr.rollout(batch), r), \
         again.update(batch, again.rollout(batch), r)
     assert a == b

@@ -1,13 +1,18 @@
-"""The schedule policies: the prompt-conditioned one starts as the per-step one, its log-probs are a Gaussian's,
-its read-out learns, and it round-trips through its export file."""
+"""The schedule policies: the prompt- and state-conditioned ones start as the per-step one, their log-probs are a
+Gaussian's (a state policy's recomputed exactly from the rollout's record), they learn, and they round-trip through
+their export files."""
 
+import pytest
 import torch
 from torch.distributions import Normal
 
 from cogrpo.config import ScheduleConfig
-from cogrpo.core.policy import (ProgressSchedulePolicy, PromptSchedulePolicy, SchedulePolicy, load_prompt_policy,
-                                prompt_knobs, save_prompt_policy)
+from cogrpo.core.policy import (ProgressSchedulePolicy, PromptSchedulePolicy, SchedulePolicy, StateSchedulePolicy,
+                                decoding_schedule, load_conditioned_policy, save_conditioned_policy)
+from cogrpo.core.sampler import sample, step_logprobs
 from cogrpo.core.schedule import base_knobs, progress_weights, transfer
+from cogrpo.core.state import STATE_FEATURES, state_features
+from tests.test_grpo import _batch, _tiny_trainer
 
 BASE = base_knobs(ScheduleConfig(steps=4))
 F = 16
@@ -51,16 +56,19 @@ def test_the_read_out_gets_the_gradient_of_a_policy_loss():
 
 def test_the_export_file_round_trips(tmp_path):
     policy, context = _moved(PromptSchedulePolicy(BASE, F, 0.15, 0.03)), torch.randn(3, F)
-    save_prompt_policy(policy, tmp_path / "schedule_policy.safetensors")
-    loaded = load_prompt_policy(tmp_path / "schedule_policy.safetensors")
+    save_conditioned_policy(policy, tmp_path / "schedule_policy.safetensors")
+    loaded = load_conditioned_policy(tmp_path / "schedule_policy.safetensors")
     assert torch.equal(loaded.deterministic_knobs(context), policy.deterministic_knobs(context))
     assert torch.equal(loaded.std(), policy.std())
 
 
-def test_the_stages_train_and_evaluate_a_prompt_conditioned_schedule(built_project):
-    """train.schedule_policy: prompt through the real stages: the export holds the policy beside schedule.json,
-    its schedules differ between prompts, and the evaluate and benchmark stages decode each prompt under its own
-    (the benchmark's cell at the trained step count is the evaluation, byte for byte)."""
+@pytest.mark.parametrize("kind,file", [("prompt", "schedule_policy.safetensors"),
+                                       ("state", "state_policy.safetensors")])
+def test_the_stages_train_and_evaluate_a_conditioned_schedule(built_project, kind, file):
+    """train.schedule_policy: prompt or state through the real stages: the export holds the policy beside
+    schedule.json (its per-step part), what it reads moved it (a prompt read-out: prompts get different schedules; a
+    state network: its zero last layer learned), and the evaluate and benchmark stages decode with it (the
+    benchmark's cell at the trained step count is the evaluation, byte for byte; without the file they differ)."""
     import json
     from pathlib import Path
 
@@ -70,25 +78,29 @@ def test_the_stages_train_and_evaluate_a_prompt_conditioned_schedule(built_proje
     from cogrpo.validate import load_params
     from tests.tiny import TINY, run_stage
 
-    Path("params.yaml").write_text(yaml.safe_dump(TINY | {"train": TINY["train"] | {"schedule_policy": "prompt"}}))
+    Path("params.yaml").write_text(yaml.safe_dump(TINY | {"train": TINY["train"] | {"schedule_policy": kind}}))
     try:
         for stage in ("train", "evaluate", "benchmark"):
             run_stage(stage)
-        policy = load_prompt_policy("models/trained/schedule_policy.safetensors")
-        params = load_params()
-        gen = load_generator(params.model, {"model": Path("models/trained"), "tokenizer": Path("models/tokenizer")})
-        means = policy.mean_for(gen.prompt_features(gen.encode(["a red circle", "two blue squares"])))
-        assert (means[0] - means[1]).abs().max() > 1e-3  # the read-out moved: prompts get different schedules
-        assert json.loads(Path("models/trained/schedule.json").read_text())["schedule"]  # its per-step part
+        trained = Path("models/trained")
+        policy = load_conditioned_policy(trained / file)
+        assert {p.name for p in trained.glob("*_policy.safetensors")} == {file}
+        if kind == "state":
+            assert isinstance(policy, StateSchedulePolicy) and policy.net[-1].weight.abs().max() > 0
+        else:
+            gen = load_generator(load_params().model, {"model": trained, "tokenizer": Path("models/tokenizer")})
+            means = policy.mean_for(gen.prompt_features(gen.encode(["a red circle", "two blue squares"])))
+            assert (means[0] - means[1]).abs().max() > 1e-3  # the read-out moved: prompts get different schedules
+        assert json.loads((trained / "schedule.json").read_text())["schedule"]  # its per-step part
         cell = Path("outputs/benchmark/trained-learned/steps_04/embedded")
         for name in ("results.jsonl", "00003/samples/0001.png"):
             mine = cell / ("images/" + name if name.endswith(".png") else name)
             assert mine.read_bytes() == (Path("outputs/eval") / name).read_bytes(), name
         assert (cell.parent.parent / "steps_02/embedded/results.jsonl").is_file()  # carried to another count
-        prompted = {p: p.read_bytes() for p in Path("outputs/eval").rglob("*.png")}
-        Path("models/trained/schedule_policy.safetensors").unlink()  # the same model under its per-step part only
+        conditioned = {p: p.read_bytes() for p in Path("outputs/eval").rglob("*.png")}
+        (trained / file).unlink()  # the same model under its per-step part only
         run_stage("evaluate")
-        assert {p: p.read_bytes() for p in Path("outputs/eval").rglob("*.png")} != prompted  # the policy was used
+        assert {p: p.read_bytes() for p in Path("outputs/eval").rglob("*.png")} != conditioned  # the policy was used
     finally:
         Path("params.yaml").write_text(yaml.safe_dump(TINY))
 
@@ -113,8 +125,6 @@ def test_a_knob_left_out_stays_at_the_base_and_learns_nothing():
 
 
 def test_schedule_knobs_and_sharing_are_checked_and_their_defaults_leave_params_hashes_alone():
-    import pytest
-
     from cogrpo.config import TrainConfig
 
     assert "schedule_knobs" not in TrainConfig().model_dump() and "share_schedule" not in TrainConfig().model_dump()
@@ -135,8 +145,8 @@ def test_the_export_file_keeps_the_held_knobs_held(tmp_path):
     policy, context = PromptSchedulePolicy(BASE, F, 0.15, 0.03, ("ratio", "cfg")), torch.randn(3, F)
     with torch.no_grad():  # even a read-out that moved a held knob's rows cannot move that knob after export
         policy.head.bias.add_(0.5)
-    save_prompt_policy(policy, tmp_path / "schedule_policy.safetensors")
-    loaded = load_prompt_policy(tmp_path / "schedule_policy.safetensors")
+    save_conditioned_policy(policy, tmp_path / "schedule_policy.safetensors")
+    loaded = load_conditioned_policy(tmp_path / "schedule_policy.safetensors")
     assert torch.equal(loaded.moves, policy.moves)
     knobs = loaded.deterministic_knobs(context)
     assert torch.equal(knobs, policy.deterministic_knobs(context))
@@ -164,16 +174,16 @@ def test_a_progress_view_is_the_source_carried_to_its_step_count():
 
 
 def test_a_prompt_policy_decodes_at_another_step_count_as_a_shared_schedule_trained_it():
-    """prompt_knobs carries the mean actions, not the knob values: they differ where a knob saturates (here the last
-    step's ratio, 0 in the base, pushed further down — which training at 16 steps does to a shared schedule)."""
+    """decoding_schedule carries the mean actions, not the knob values: they differ where a knob saturates (here the
+    last step's ratio, 0 in the base, pushed further down — which training at 16 steps does to a shared schedule)."""
     policy, context = _moved(PromptSchedulePolicy(base_knobs(ScheduleConfig(steps=8)), F, 0.15, 0.03)), torch.randn(3, F)
     with torch.no_grad():
         policy.mean[-1, 0] = -2.0
     at_16 = base_knobs(ScheduleConfig(steps=16))
     trained = ProgressSchedulePolicy(policy, at_16).deterministic_knobs(context)
-    assert torch.equal(prompt_knobs(policy, context, at_16), trained)
+    assert torch.equal(decoding_schedule(policy, context, at_16)[0], trained)
     assert not torch.allclose(transfer(policy.deterministic_knobs(context), policy.base, at_16), trained, atol=1e-3)
-    assert torch.equal(prompt_knobs(policy, context, policy.base), policy.deterministic_knobs(context))
+    assert torch.equal(decoding_schedule(policy, context, policy.base)[0], policy.deterministic_knobs(context))
 
 
 def test_a_model_folder_decodes_at_a_trained_step_count_with_that_count_s_schedule(tmp_path):
@@ -198,3 +208,120 @@ def test_a_model_folder_decodes_at_a_trained_step_count_with_that_count_s_schedu
     assert torch.allclose(model_schedule(params, tmp_path)[0], main, atol=1e-5)
     carried = transfer(main, base_knobs(params.schedule), base_knobs(params.schedule.model_copy(update={"steps": 2})))
     assert torch.allclose(model_schedule(params, tmp_path, 2)[0], carried, atol=1e-5)
+
+
+# ---- the state-conditioned policy (train.schedule_policy: state) ---------------------------------------------------
+REWARDS = torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
+
+
+def _move_network(policy: StateSchedulePolicy, scale: float = 0.3) -> StateSchedulePolicy:
+    """A trained-looking network: its zero last layer set to random weights, so the state moves the schedule."""
+    with torch.no_grad():
+        policy.net[-1].weight.copy_(scale * torch.randn(policy.net[-1].weight.shape,
+                                                        generator=torch.Generator().manual_seed(7)))
+    return policy
+
+
+def _decode(gen, policy, cond, target_base):
+    """Deterministic decoding of cond's rows under a conditioned policy at target_base's step count (as the
+    evaluation stages decode)."""
+    knobs, choose = decoding_schedule(policy, gen.prompt_features(cond), target_base)
+    return sample(gen, cond, knobs, torch.arange(len(cond)), choose=choose)
+
+
+def test_a_fresh_state_policy_rolls_out_and_decodes_as_the_per_step_policy():
+    """The network's last layer starts at zero: the same actions, trajectories and log-probs as train.schedule_policy:
+    per_step from the same seeds, and the same tokens at the mean as the per-step schedule; once it has moved, it
+    decodes otherwise."""
+    per_step, state = _tiny_trainer("co"), _tiny_trainer("co", schedule_policy="state")
+    batch = _batch()
+    a, b = per_step.rollout(batch), state.rollout(batch)
+    assert torch.equal(a.actions, b.actions) and torch.equal(a.sched_logp, b.sched_logp)
+    assert torch.equal(a.traj.tokens, b.traj.tokens) and torch.equal(a.traj.knobs, b.traj.knobs)
+    gen, cond = state.model, batch.trajectory_cond()
+    fixed = sample(gen, cond, per_step.policy.deterministic_knobs(), torch.arange(len(cond)))
+    fresh = _decode(gen, state.policy, cond, state.policy.base)
+    assert torch.equal(fresh.tokens, fixed.tokens) and torch.equal(fresh.knobs, fixed.knobs.expand_as(fresh.knobs))
+    moved = _decode(gen, _move_network(state.policy), cond, state.policy.base)
+    assert not torch.allclose(moved.knobs, fresh.knobs, atol=1e-3)  # states now get their own knobs
+    assert not torch.equal(moved.tokens, fresh.tokens)
+
+
+def test_the_update_recomputes_a_state_policy_s_rollout_log_probs_from_the_record():
+    """The rollout records each step's state features; they are the state the sampler held before that step (rebuilt
+    here from the trajectory record with one forward per step), and the policy's log-prob of the recorded actions
+    at them is the rollout's. Features of the wrong step would not be."""
+    from cogrpo.core.trainer import iteration_generator
+
+    tr = _tiny_trainer("co", schedule_policy="state")
+    _move_network(tr.policy)
+    batch = _batch()
+    ro = tr.rollout(batch)
+    T = ro.traj.steps
+    assert ro.features.shape == (8, T, STATE_FEATURES)
+    noise = tr.policy.noise(8, iteration_generator(tr.cfg.seed, 0, 1))  # the rollout's, drawn up front
+    assert torch.allclose(tr.policy.act(noise, ro.context, ro.features), ro.actions, atol=1e-6)  # drawn at them
+    assert torch.allclose(tr.policy.log_prob(ro.actions, ro.context, ro.features), ro.sched_logp, atol=1e-5, rtol=0)
+    shifted = torch.cat([ro.features[:, :1], ro.features[:, :-1]], 1)  # each step reading the step before's state
+    assert not torch.allclose(tr.policy.log_prob(ro.actions, ro.context, shifted), ro.sched_logp, atol=1e-3)
+    gen, cond, commit = tr.model, batch.trajectory_cond(), ro.traj.commit_step
+    for t in range(T):
+        lp = was_masked = None
+        if t:
+            was_masked = commit >= t - 1
+            canvas = torch.where(was_masked, gen.mask_id, ro.traj.tokens)
+            with torch.no_grad():
+                lp = step_logprobs(gen, canvas, cond, ro.traj.knobs[:, t - 1])
+        again = state_features(t, T, commit >= t, lp, was_masked)
+        assert torch.allclose(again, ro.features[:, t], atol=1e-5), t
+    metrics = tr.update(batch, ro, REWARDS)
+    assert abs(metrics["schedule/ratio_mean"] - 1) < 1e-5  # the first update is on-policy
+
+
+def test_a_state_policy_s_log_probs_are_the_gaussian_of_a_state_dependent_mean_and_held_knobs_stay_held():
+    free = ("ratio", "remask_temperature", "cfg")  # temperature held
+    policy = _move_network(StateSchedulePolicy(BASE, F, 0.15, 0.03, free))
+    context, features = torch.randn(5, F), torch.rand(5, 4, STATE_FEATURES)
+    mean = policy.mean_for(context, features)
+    assert mean.shape == (5, 4, 4) and not torch.allclose(mean[0], mean[1])
+    actions = policy.act(policy.noise(5, torch.Generator().manual_seed(1)), context, features)
+    assert (actions[..., 1] == 0).all() and (actions[..., [0, 2, 3]] != 0).all()
+    expected = Normal(mean[..., [0, 2, 3]], policy.std()[:, [0, 2, 3]]).log_prob(actions[..., [0, 2, 3]]).sum(-1)
+    assert torch.allclose(policy.log_prob(actions, context, features), expected, atol=1e-5)
+    policy.log_prob(actions, context, features).sum().backward()
+    assert (policy.mean.grad[:, 1] == 0).all() and (policy.net[-1].weight.grad[1] == 0).all()
+    assert policy.net[-1].weight.grad.abs().sum() > 0 and policy.net[0].weight.grad.abs().sum() > 0
+    assert torch.equal(policy.mean_for(context), policy.mean)  # without states: its per-step part (schedule.json)
+
+
+def test_a_state_policy_exports_and_decodes_the_same_at_its_own_and_other_step_counts(tmp_path):
+    """state_policy.safetensors holds the whole policy: loaded, it decodes every prompt as the trained one does, at
+    the trained step count and carried to others (the per-step part by decoding progress, the network at that
+    count's own states)."""
+    tr = _tiny_trainer("co", schedule_policy="state")
+    policy = _move_network(tr.policy)
+    with torch.no_grad():
+        policy.mean.add_(0.2 * torch.randn(policy.mean.shape, generator=torch.Generator().manual_seed(3)))
+    save_conditioned_policy(policy, tmp_path / "state_policy.safetensors")
+    loaded = load_conditioned_policy(tmp_path / "state_policy.safetensors")
+    assert isinstance(loaded, StateSchedulePolicy) and torch.equal(loaded.std(), policy.std())
+    gen, cond = tr.model, _batch().trajectory_cond()
+    for T in (4, 2, 8):
+        target = base_knobs(ScheduleConfig(steps=T))
+        mine, again = _decode(gen, policy, cond, target), _decode(gen, loaded, cond, target)
+        assert mine.steps == T and torch.equal(mine.tokens, again.tokens) and torch.equal(mine.knobs, again.knobs)
+    held = StateSchedulePolicy(BASE, F, 0.15, 0.03, ("ratio", "cfg"))
+    save_conditioned_policy(held, tmp_path / "held.safetensors")
+    assert torch.equal(load_conditioned_policy(tmp_path / "held.safetensors").moves, held.moves)
+    prompt = PromptSchedulePolicy(BASE, F, 0.15, 0.03)  # the one loader tells the kinds apart
+    save_conditioned_policy(prompt, tmp_path / "prompt.safetensors")
+    assert type(load_conditioned_policy(tmp_path / "prompt.safetensors")) is PromptSchedulePolicy
+
+
+def test_state_policy_with_extra_steps_needs_a_shared_schedule():
+    from cogrpo.config import parse_params
+
+    with pytest.raises(ValueError, match="state with extra_steps needs share_schedule"):
+        parse_params({"train": {"schedule_policy": "state", "extra_steps": [4]}})
+    assert parse_params({"train": {"schedule_policy": "state", "extra_steps": [4], "share_schedule": True}})
+

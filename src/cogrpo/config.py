@@ -327,10 +327,13 @@ class TrainConfig(_Section):
         description="The knobs the schedule policy moves; the others stay at the base schedule's values in training "
         "and in the exported schedule (holding 'temperature' did not keep colour diversity: "
         "reports/side_effects_no_temperature.md).")
-    schedule_policy: Literal["per_step", "prompt"] = Field(
-        "per_step", description="The schedule policy's mean: 'per_step' (one per step, every prompt alike) or "
+    schedule_policy: Literal["per_step", "prompt", "state"] = Field(
+        "per_step", description="The schedule policy's mean: 'per_step' (one per step, every prompt alike); "
         "'prompt' (per step plus a linear read-out of the prompt's pooled text features, zero-initialised; exported "
-        "as schedule_policy.safetensors beside schedule.json, which holds its per-step part).")
+        "as schedule_policy.safetensors beside schedule.json, which holds its per-step part); or 'state' (the paper's "
+        "p_φ(A_t+1 | V_t, c): per step plus a small network over the decoding state before each step — progress, "
+        "masked fraction, the previous step's confidence and entropy quantiles — and the prompt's features, its last "
+        "layer zero-initialised; exported as state_policy.safetensors, decoded step by step).")
     checkpoint_every: int = Field(10, ge=1, json_schema_extra=NOT_RESULT,
                                   description="Iterations between resumable checkpoints (the last two are kept).")
     sample_every: int = Field(20, ge=1, json_schema_extra=NOT_RESULT,
@@ -364,8 +367,9 @@ class TrainConfig(_Section):
         if self.share_schedule and not self.extra_steps:
             raise ValueError("share_schedule: true shares the schedule across step counts, but extra_steps names none "
                              "beside schedule.steps")
-        if self.schedule_policy == "prompt" and self.extra_steps and not self.share_schedule:
-            raise ValueError("schedule_policy: prompt with extra_steps needs share_schedule: true (one prompt policy "
+        kind = self.schedule_policy
+        if kind != "per_step" and self.extra_steps and not self.share_schedule:
+            raise ValueError(f"schedule_policy: {kind} with extra_steps needs share_schedule: true (one {kind} policy "
                              "is exported, so every step count must decode with that one)")
         return self
 

@@ -4,7 +4,8 @@ the files a training writes beside the generator's own (which `Generator.save_tr
 
     schedule.json                  the learned per-step schedule, at schedule.steps
     schedule_T<n>.json             the schedule learned at each other step count n of train.extra_steps
-    schedule_policy.safetensors    a prompt-conditioned policy's per-prompt part (train.schedule_policy: prompt)
+    schedule_policy.safetensors    a prompt-conditioned policy, whole (train.schedule_policy: prompt)
+    state_policy.safetensors       a state-conditioned policy, whole (train.schedule_policy: state)
     train.json                     the training's record: mode, iterations, reward_last_10pct
 
 A base model holds none of them: it decodes under the base schedule.
@@ -39,6 +40,11 @@ class ModelFolder:
         return self.path / "schedule_policy.safetensors"
 
     @property
+    def state_policy(self) -> Path:
+        """A state-conditioned schedule policy (its per-step part is `schedule`), which decodes step by step."""
+        return self.path / "state_policy.safetensors"
+
+    @property
     def record(self) -> Path:
         """The training's record (train.json)."""
         return self.path / "train.json"
@@ -52,13 +58,18 @@ class ModelFolder:
         """Every learned schedule file it holds: schedule.json, then schedule_T<n>.json by name."""
         return [p for p in [self.schedule, *sorted(self.path.glob("schedule_T*.json"))] if p.is_file()]
 
+    def conditioned_policy(self) -> Path | None:
+        """The prompt- or state-conditioned policy file it holds, if any (a training exports at most one)."""
+        return next((p for p in (self.prompt_policy, self.state_policy) if p.is_file()), None)
+
     def schedule_for(self, steps: int) -> tuple[Path | None, Path | None]:
-        """What decodes at `steps` steps, as (per-step schedule file, prompt policy file): with a prompt-conditioned
-        policy, (None, the policy) — its per-prompt schedules are carried to the base schedule at `steps`; else the
-        schedule trained at `steps` (schedule_T<steps>.json), else schedule.json (carried to `steps`), or without
-        one None (the base schedule); and no policy."""
-        if self.prompt_policy.is_file():
-            return None, self.prompt_policy
+        """What decodes at `steps` steps, as (per-step schedule file, conditioned policy file): with a prompt- or
+        state-conditioned policy, (None, the policy) — its schedules are carried to the base schedule at `steps`;
+        else the schedule trained at `steps` (schedule_T<steps>.json), else schedule.json (carried to `steps`), or
+        without one None (the base schedule); and no policy."""
+        policy = self.conditioned_policy()
+        if policy:
+            return None, policy
         if self.schedule_at(steps).is_file():
             return self.schedule_at(steps), None
         return (self.schedule if self.schedule.is_file() else None), None

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from cogrpo.core.generator import Generator
-from cogrpo.core.sampler import Trajectory, sample
+from cogrpo.core.sampler import KnobChoice, Trajectory, sample
 from cogrpo.world.checker import Checker
 from cogrpo.world.prompts import GENEVAL_TAGS
 
@@ -40,13 +40,13 @@ def generate(gen: Generator, prompts: list[str], knobs: torch.Tensor, samples: i
 
 
 def sample_batch(gen: Generator, chunk: list[str], start: int, knobs: torch.Tensor, samples: int,
-                 seed: int) -> Trajectory:
+                 seed: int, choose: KnobChoice | None = None) -> Trajectory:
     """`samples` trajectories of each prompt of a batch whose first prompt is prompt `start` of the set, under knobs
-    (T, 4) or one (T, 4) per trajectory of the batch: each trajectory's noise is seeded by its index in the whole
-    set, so a batch does not depend on the others."""
+    (T, 4) or one (T, 4) per trajectory of the batch (or chosen step by step: `sample`'s choose): each trajectory's
+    noise is seeded by its index in the whole set, so a batch does not depend on the others."""
     rows = torch.arange(start, start + len(chunk)).repeat_interleave(samples)
     return sample(gen, gen.encode(chunk).repeat_interleave(samples), knobs,
-                  trajectory_seeds(seed, len(rows), start * samples), rows)
+                  trajectory_seeds(seed, len(rows), start * samples), rows, choose=choose)
 
 
 def score(checker: Checker, images: np.ndarray, specs: list[dict], prompt_index: torch.Tensor) -> list[dict]:

@@ -12,6 +12,7 @@ order, so a trajectory does not depend on what else is in the batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -20,7 +21,10 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from cogrpo.core.generator import Condition, Generator
-from cogrpo.core.schedule import CFG, RATIO, REMASK_TEMPERATURE, TEMPERATURE, masked_counts
+from cogrpo.core.schedule import CFG, RATIO, REMASK_TEMPERATURE, TEMPERATURE, next_masked_count
+from cogrpo.core.state import state_features
+
+KnobChoice = Callable[[int, torch.Tensor], torch.Tensor]  # (step t, state features (n, F)) → step t's knobs (n, 4)
 
 
 @dataclass
@@ -69,25 +73,35 @@ def step_logprobs(gen: Generator, x: torch.Tensor, cond: Condition, knobs_t: tor
 
 @torch.no_grad()
 def sample(gen: Generator, cond: Condition, knobs: torch.Tensor, seeds: torch.Tensor,
-           prompt_index: torch.Tensor | None = None, progress: bool = False) -> Trajectory:
+           prompt_index: torch.Tensor | None = None, progress: bool = False,
+           choose: KnobChoice | None = None) -> Trajectory:
     """Decode n trajectories. cond: one row per trajectory; knobs (T, 4) shared or (n, T, 4) per trajectory;
-    seeds (n,). The decoding runs on the generator's device; the record comes back on the CPU."""
+    seeds (n,). With `choose`, step t's knobs are instead choose(t, features) on the CPU, chosen just before step
+    t's forward from the decoding state's features (n, F) (core/state.py; a state-conditioned schedule policy);
+    knobs then gives the step count. The decoding runs on the generator's device; the record comes back on the
+    CPU, holding the knobs used."""
     n, N, V, mask_id, device = len(seeds), gen.n_tokens, gen.codebook_size, gen.mask_id, gen.device
     knobs = (knobs.expand(n, -1, -1) if knobs.dim() == 2 else knobs).to(device)
+    if choose is not None:
+        knobs = knobs.clone()  # each step's row is written as it is chosen
     T = knobs.shape[1]
-    counts = masked_counts(knobs[..., RATIO].cpu(), N).to(device)
     rngs = [torch.Generator(device).manual_seed(int(s)) for s in seeds]
     x = torch.full((n, N), mask_id, dtype=torch.long, device=device)
     commit_step = torch.full((n, N), T, dtype=torch.long, device=device)
     logp = torch.zeros(n, T, device=device)
+    count = torch.full((n,), N, dtype=torch.long, device=device)  # masked cells before the step
+    lp = masked = None  # the previous step's log-probs and masked cells
     for t in tqdm(range(T), desc="sampling", leave=False, disable=not progress):
+        if choose is not None:
+            knobs[:, t] = choose(t, state_features(t, T, x == mask_id, lp, masked).cpu()).to(device)
+        count = next_masked_count(knobs[:, t, RATIO], count, t, T, N)
         noise = torch.stack([torch.rand(N, V + 1, generator=g, device=device) for g in rngs])
         lp = step_logprobs(gen, x, cond, knobs[:, t])
         y = (lp + _gumbel(noise[..., :V])).argmax(-1)
         lp_y = lp.gather(-1, y[..., None])[..., 0]
         masked = x == mask_id
         conf = torch.where(masked, lp_y + knobs[:, t, REMASK_TEMPERATURE, None] * _gumbel(noise[..., V]), -torch.inf)
-        k = masked.sum(1) - counts[:, t]
+        k = masked.sum(1) - count
         rank = conf.argsort(dim=1, descending=True, stable=True).argsort(dim=1)
         commit = rank < k[:, None]
         x = torch.where(commit, y, x)

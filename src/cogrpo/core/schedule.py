@@ -116,15 +116,20 @@ def masked_counts(ratios: torch.Tensor, n_tokens: int) -> torch.Tensor:
     """(n, T) masked-token counts after each step from ratios (n, T): floor(N·r_t), forced to strictly
     decrease (every step commits at least one token), to leave one token per remaining step, and to 0 at T."""
     n, T = ratios.shape
-    if T > n_tokens:
-        raise ValueError(f"{T} steps cannot each commit a token of {n_tokens}")
     counts = torch.empty(n, T, dtype=torch.long)
     prev = torch.full((n,), n_tokens, dtype=torch.long)
     for t in range(T):
-        m = torch.floor(n_tokens * ratios[:, t].double() + 1e-9).long() if t < T - 1 else torch.zeros_like(prev)
-        prev = torch.minimum(m, prev - 1).clamp(min=T - 1 - t)
-        counts[:, t] = prev
+        prev = counts[:, t] = next_masked_count(ratios[:, t], prev, t, T, n_tokens)
     return counts
+
+
+def next_masked_count(ratio: torch.Tensor, before: torch.Tensor, t: int, steps: int, n_tokens: int) -> torch.Tensor:
+    """(n,) masked-token counts after step t of `steps` from its ratios (n,) and the counts before it (n,), by the
+    rules of `masked_counts`: one step at a time, for a sampler whose ratio of step t is chosen just before it."""
+    if steps > n_tokens:
+        raise ValueError(f"{steps} steps cannot each commit a token of {n_tokens}")
+    m = torch.floor(n_tokens * ratio.double() + 1e-9).long() if t < steps - 1 else torch.zeros_like(before)
+    return torch.minimum(m, before - 1).clamp(min=steps - 1 - t)
 
 
 def save_schedule(knobs: torch.Tensor, path: str | Path) -> None:

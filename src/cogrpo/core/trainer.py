@@ -30,7 +30,8 @@ from cogrpo.core.batch import GroupedBatch
 from cogrpo.core.distributed import SINGLE, Ranks
 from cogrpo.core.generator import Generator
 from cogrpo.core.grpo import group_advantages, schedule_policy_loss, token_policy_loss, zero_std_fraction
-from cogrpo.core.policy import ProgressSchedulePolicy, PromptSchedulePolicy, SchedulePolicy
+from cogrpo.core.policy import (ProgressSchedulePolicy, PromptSchedulePolicy, SchedulePolicy, StateChoices,
+                                StateSchedulePolicy)
 from cogrpo.core.sampler import Trajectory, sample, trajectory_token_logprobs
 from cogrpo.core.schedule import KNOBS
 
@@ -56,7 +57,8 @@ class Rollout:
     traj: Trajectory
     actions: torch.Tensor  # (n, T, 4) schedule actions in pre-activation space
     sched_logp: torch.Tensor  # (n, T) log π_φ(a_t) at rollout time
-    context: torch.Tensor | None = None  # (n, F) the prompts' features a prompt-conditioned policy read
+    context: torch.Tensor | None = None  # (n, F) the prompts' features a prompt- or state-conditioned policy read
+    features: torch.Tensor | None = None  # (n, T, F_state) the decoding state a state policy read before each step
 
 
 def _state_to_tensors(prefix: str, state: dict) -> dict[str, torch.Tensor]:
@@ -107,20 +109,20 @@ class CoGRPO:
 
     def _policy(self, base: torch.Tensor) -> SchedulePolicy:
         cfg = self.cfg
-        if cfg.schedule_policy == "prompt":
-            return PromptSchedulePolicy(base, self.model.prompt_feature_dim, cfg.sigma_init, cfg.sigma_floor,
-                                        cfg.schedule_knobs)
-        return SchedulePolicy(base, cfg.sigma_init, cfg.sigma_floor, cfg.schedule_knobs)
+        if cfg.schedule_policy == "per_step":
+            return SchedulePolicy(base, cfg.sigma_init, cfg.sigma_floor, cfg.schedule_knobs)
+        kind = {"prompt": PromptSchedulePolicy, "state": StateSchedulePolicy}[cfg.schedule_policy]
+        return kind(base, self.model.prompt_feature_dim, cfg.sigma_init, cfg.sigma_floor, cfg.schedule_knobs)
 
     def _schedule_param_groups(self) -> list[dict]:
-        """φ's parameters at train.lr_schedule, except a prompt read-out's weights at lr_schedule ÷ its fan-in F: Adam
-        moves every weight by about the learning rate, and the F weights behind one knob move it together, F times
-        as far as a per-step mean (at lr_schedule itself the first updates throw the schedule far off the base)."""
-        readout = [policy.head.weight for policy in self.policies.values() if isinstance(policy, PromptSchedulePolicy)]
-        rest = [p for p in self.policies.parameters() if all(p is not w for w in readout)]
-        if not readout:
-            return [{"params": rest}]
-        return [{"params": rest}, {"params": readout, "lr": self.cfg.lr_schedule / readout[0].shape[1]}]
+        """φ's parameters at train.lr_schedule, except the weights of each layer of a policy's network (a prompt
+        read-out, a state policy's two layers) at lr_schedule ÷ the layer's fan-in F: Adam moves every weight by
+        about the learning rate, and the F weights behind one output move it together, F times as far as a per-step
+        mean (at lr_schedule itself the first updates throw the schedule far off the base)."""
+        layers = [m for m in self.policies.modules() if isinstance(m, nn.Linear)]
+        rest = [p for p in self.policies.parameters() if all(p is not m.weight for m in layers)]
+        return [{"params": rest}] + [{"params": [m.weight], "lr": self.cfg.lr_schedule / m.in_features}
+                                     for m in layers]
 
     def phase(self) -> tuple[bool, bool]:
         """(θ updates, φ updates) at this iteration: what the mode trains, and in mode alternate whose turn it is."""
@@ -148,16 +150,22 @@ class CoGRPO:
         seeds = torch.randint(0, 2**62, (n,), generator=gen)[mine]
         cond = batch.trajectory_cond()
         context = self.model.prompt_features(cond) if policy.conditioned else None
-        if self.train_schedule:
-            at_mean = (self.cfg.mode == "alternate" and self.cfg.alternate.model_phase_schedule == "mean"
-                       and self.phase()[0])  # a θ phase rolling out at the schedule evaluation decodes with
-            actions = policy.act(torch.zeros_like(noise) if at_mean else noise, context)
-            sched_logp = policy.log_prob(actions, context)
-        else:  # model mode: the deterministic base schedule
-            actions, sched_logp = torch.zeros(len(seeds), T, len(KNOBS)), torch.zeros(len(seeds), T)
         self.model.eval()
-        traj = sample(self.model, cond, policy.knobs(actions), seeds, batch.trajectory_rows())
-        return Rollout(traj, actions, sched_logp, context)
+        if not self.train_schedule:  # model mode: the deterministic base schedule
+            actions = torch.zeros(len(seeds), T, len(KNOBS))
+            traj = sample(self.model, cond, policy.knobs(actions), seeds, batch.trajectory_rows())
+            return Rollout(traj, actions, torch.zeros(len(seeds), T), context)
+        at_mean = (self.cfg.mode == "alternate" and self.cfg.alternate.model_phase_schedule == "mean"
+                   and self.phase()[0])  # a θ phase rolling out at the schedule evaluation decodes with
+        noise = torch.zeros_like(noise) if at_mean else noise
+        if policy.stateful:  # each step's action chosen from the state before it, recorded for the update
+            choices = StateChoices(policy, noise, context)
+            traj = sample(self.model, cond, policy.base, seeds, batch.trajectory_rows(), choose=choices)
+            actions, features = choices.actions, choices.features
+        else:
+            actions, features = policy.act(noise, context), None
+            traj = sample(self.model, cond, policy.knobs(actions), seeds, batch.trajectory_rows())
+        return Rollout(traj, actions, policy.log_prob(actions, context, features), context, features)
 
     # ---- update --------------------------------------------------------------------------------------
     def update(self, batch: GroupedBatch, ro: Rollout, rewards: torch.Tensor) -> dict:
@@ -240,7 +248,7 @@ class CoGRPO:
 
     def _schedule_backward(self, ro: Rollout, steps: torch.Tensor, adv: torch.Tensor, share: float) -> dict:
         """φ's gradient of its share of the global batch's loss, over the step count's policy."""
-        logp = self.policies[str(ro.traj.steps)].log_prob(ro.actions, ro.context)[:, steps]
+        logp = self.policies[str(ro.traj.steps)].log_prob(ro.actions, ro.context, ro.features)[:, steps]
         loss, metrics = schedule_policy_loss(logp, ro.sched_logp[:, steps], adv, clip_eps=self.cfg.clip_eps,
                                              share=share)
         loss.backward()
