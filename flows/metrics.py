@@ -48,14 +48,48 @@ def learned_schedule(result: dict, out: Path) -> str:
     return json_text([{"step": t + 1} | r for t, r in enumerate(rows)])
 
 
+def benchmark_json(result: dict, out: Path) -> str:
+    """metrics/benchmark.json: suite → metric → variant → steps → score, with "steps_to_base" when there is some."""
+    steps = {"steps_to_base": result["steps_to_base"]} if result.get("steps_to_base") else {}
+    return json_text(result["scores"] | steps)
+
+
+def _markdown(table: pl.DataFrame) -> str:
+    with pl.Config(tbl_formatting="MARKDOWN", tbl_hide_column_data_types=True, tbl_hide_dataframe_shape=True,
+                   tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=400):
+        return str(table)
+
+
+def steps_saved_table(result: dict) -> pl.DataFrame | None:
+    """One row per suite, headline metric and variant: the steps to reach the base's score at each base step
+    count and the steps saved (tasks.benchmark.steps_to_base); None when the result has none."""
+    rows = []
+    for suite, metrics in result.get("steps_to_base", {}).items():
+        for metric, variants in metrics.items():
+            for variant, by_base in variants.items():
+                grid_max = max(map(int, result["scores"][suite][metric][variant]))
+                row = {"suite": suite, "metric": metric, "variant": variant}
+                for t, r in by_base.items():
+                    reached = r["steps"] is not None
+                    row[f"steps to base@{t}"] = f"{r['steps']:.1f}" if reached else f"> {grid_max}"
+                    row[f"saved @{t}"] = f"{r['saved']:.2f}×" if reached else "—"
+                rows.append(row)
+    return pl.DataFrame(rows) if rows else None
+
+
 def benchmark_report(result: dict, out: Path) -> str:
-    """reports/benchmarks.md: every suite's metrics, one row per metric and variant, one column per step count."""
+    """reports/benchmarks.md: every suite's metrics, one row per metric and variant, one column per step count;
+    then the steps saved, where the step grid holds the base's 8 or 16 steps."""
     table = pl.read_csv(out / "table.csv")
     wide = (table.with_columns(pl.col("value").round(4), pl.format("{} steps", pl.col("steps")).alias("T"))
             .pivot(on="T", index=["suite", "metric", "model", "schedule"], values="value", sort_columns=False))
-    with pl.Config(tbl_formatting="MARKDOWN", tbl_hide_column_data_types=True, tbl_hide_dataframe_shape=True,
-                   tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=400):
-        body = str(wide)
-    return ("# Benchmarks\n\nWritten by the benchmark stage (`dvc repro benchmark`) from `outputs/benchmark/table.csv`: "
-            "model = base (pretrained) or trained, schedule = base or learned (carried to each step count).\n\n"
-            + body + "\n")
+    report = ("# Benchmarks\n\nWritten by the benchmark stage (`dvc repro benchmark`) from "
+              "`outputs/benchmark/table.csv`: model = base (pretrained) or trained, schedule = base or learned "
+              "(carried to each step count).\n\n" + _markdown(wide) + "\n")
+    saved = steps_saved_table(result)
+    if saved is None:
+        return report
+    return (report + "\n## Steps saved\n\nFor each suite's headline metric, the fewest steps at which each variant "
+            "reaches the base model's (base-base) score at 8 and at 16 steps, read off its curve linearly between the "
+            "step counts run (its first crossing); saved = the base's steps ÷ that. The smallest count run means at "
+            "most that many; > N: not reached within the counts run.\n\n" + _markdown(saved) + "\n")

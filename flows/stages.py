@@ -15,7 +15,8 @@ from pathlib import Path
 
 from cogrpo.config import Params
 from cogrpo.core.schedule import KNOBS
-from flows.metrics import benchmark_report, json_text, learned_schedule, pretrain_loss, train_history, train_summary
+from flows.metrics import (benchmark_json, benchmark_report, json_text, learned_schedule, pretrain_loss, train_history,
+                           train_summary)
 from flows.plots import benchmark_steps_png, pretrain_png, schedule_png, train_png
 from flows.train import train_stage
 from tasks.benchmark import benchmark_cells, benchmark_stage
@@ -103,7 +104,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
           # cells are generated per variant, step count and suite, so a run that adds some reuses the others
           resume_varies=("benchmark.suites", "benchmark.steps", "benchmark.variants", "benchmark.geneval",
                          "benchmark.dpg", "benchmark.hpsv2_versions", "reward_models"),
-          metrics={"metrics/benchmark.json": lambda r, out: json_text(r["scores"]),
+          metrics={"metrics/benchmark.json": benchmark_json,
                    "reports/benchmarks.md": benchmark_report},
           records=("reports/benchmarks.md",), images={"metrics/plots/benchmark_steps.png": benchmark_steps_png}),
     Stage("headline", headline, (), {"baseline": "baseline", "evaluate": "evaluate", "trained": "train"},

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
+from cogrpo.benchmarks.steps import steps_saved, steps_to_reach
 from cogrpo.config import SUITES, Params
 from cogrpo.core.schedule import resolve_schedule
 from cogrpo.errors import InputError
@@ -80,11 +81,31 @@ SCORERS = {"embedded": scores.score_embedded, "embedded_seen": scores.score_embe
 SERVED = {"imagereward", "hpsv2"}
 assert SCORERS.keys() == set(SUITES) and SERVED <= SCORERS.keys() and PUBLISHED.keys() <= SCORERS.keys()
 HEADLINE = ("overall", "score", "mean", "average")  # the metric of a suite drawn against steps: its summary
+BASE_VARIANT, BASE_STEPS = "base-base", (8, 16)  # steps saved: reaching the base model's score at 8 and at 16 steps
+
+
+def steps_to_base(scores: dict) -> dict:
+    """suite → headline metric → variant → T → {"steps": the fewest steps at which the variant reaches the base
+    model's score at T steps (interpolated over the step grid, cogrpo.benchmarks.steps; None: not within it),
+    "saved": T ÷ that}, for each T of BASE_STEPS in the grid; empty without the base-base variant."""
+    out: dict = {}
+    for suite, metrics in scores.items():
+        for metric, variants in metrics.items():
+            base = variants.get(BASE_VARIANT, {})
+            targets = [t for t in BASE_STEPS if str(t) in base]
+            if metric.split(".")[-1] not in HEADLINE or not targets:
+                continue
+            for variant, values in variants.items():
+                curve = {int(s): v for s, v in values.items()}
+                needed = {t: steps_to_reach(curve, base[str(t)]) for t in targets}
+                out.setdefault(suite, {}).setdefault(metric, {})[variant] = {
+                    str(t): {"steps": n, "saved": steps_saved(t, n)} for t, n in needed.items()}
+    return out
 
 
 def benchmark_stage(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
     """Every cell generated (or found generated), then scored into out; returns {"scores": suite → metric →
-    variant → steps → value}."""
+    variant → steps → value, "steps_to_base": steps_to_base(scores)}."""
     cfg, cells = params.benchmark, ctx.state_dir / "cells"
     wait_for_cells(params, inputs, benchmark_cells(params, inputs, ctx.state_dir), report=ctx.report, root=cells)
     suites = {s: load_suite(s, params, inputs["prompts"]) for s in cfg.suites}
@@ -108,4 +129,4 @@ def benchmark_stage(params: Params, inputs: dict[str, Path], out: Path, ctx: Sta
     for r in rows:
         nested.setdefault(r["suite"], {}).setdefault(r["metric"], {}).setdefault(r["variant"], {})[
             str(r["steps"])] = r["value"]
-    return {"scores": nested}
+    return {"scores": nested, "steps_to_base": steps_to_base(nested)}

@@ -3,6 +3,7 @@ shards and resumption giving the same bytes, the external GenEval evaluator read
 VQA on the real sample question graph, the summaries as the benchmarks' own scripts compute them."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -266,3 +267,47 @@ def test_scorers_missing_or_misconfigured_fail_at_params_load(gen):
         cross_check(parse_params(amused | {"benchmark": {"suites": ["dpg"]}}))
     with pytest.raises(ParamsError, match="reward_models.hpsv2.v2_1"):
         cross_check(parse_params(amused | {"benchmark": {"suites": ["hpsv2"]}}))
+
+
+def test_the_stage_reports_per_variant_the_steps_to_reach_the_bases_score_at_8_and_16_steps(tmp_path):
+    import polars as pl
+
+    from flows.metrics import benchmark_json, benchmark_report
+    from tasks.benchmark import steps_to_base
+
+    grid = [2, 4, 6, 8, 12, 16]
+    curves = {("geneval.overall", "base-base"): [0.1, 0.3, 0.4, 0.5, 0.6, 0.7],
+              ("geneval.overall", "trained-learned"): [0.2, 0.5, 0.55, 0.6, 0.65, 0.68],  # base@8 at 4, never 0.7
+              ("geneval.colors", "base-base"): [0.0] * 6, ("geneval.colors", "trained-learned"): [1.0] * 6,
+              ("dpg.score", "base-base"): [0.3, 0.4, 0.45, 0.5, 0.55, 0.6],
+              ("dpg.score", "trained-learned"): [0.3, 0.4, 0.45, 0.5, 0.55, 0.6]}
+    rows = [{"suite": "embedded", "metric": m, "steps": t, "variant": v, "model": v.split("-")[0],
+             "schedule": v.split("-")[1], "value": x} for (m, v), xs in curves.items() for t, x in zip(grid, xs)]
+    pl.DataFrame(rows).write_csv(tmp_path / "table.csv")
+    scores = {"embedded": {}}
+    for r in rows:
+        scores["embedded"].setdefault(r["metric"], {}).setdefault(r["variant"], {})[str(r["steps"])] = r["value"]
+
+    steps = steps_to_base(scores)["embedded"]
+    assert set(steps) == {"geneval.overall", "dpg.score"}  # the headline metrics only
+    assert steps["geneval.overall"]["trained-learned"] == {"8": {"steps": 4.0, "saved": 2.0},
+                                                          "16": {"steps": None, "saved": None}}
+    assert steps["geneval.overall"]["base-base"] == {"8": {"steps": 8.0, "saved": 1.0},
+                                                    "16": {"steps": 16.0, "saved": 1.0}}
+    assert steps["dpg.score"]["trained-learned"]["16"]["steps"] == 16.0
+
+    result = {"scores": scores, "steps_to_base": steps_to_base(scores)}
+    metrics = json.loads(benchmark_json(result, tmp_path))
+    assert metrics["steps_to_base"]["embedded"] == steps and metrics["embedded"] == scores["embedded"]
+    report = benchmark_report(result, tmp_path)
+    assert "| 6 steps" in report and "| 12 steps" in report and "## Steps saved" in report
+    assert re.search(r"\| embedded \| geneval.overall \| trained-learned \| 4.0 +\| 2.00× +\| > 16 +\| — +\|", report)
+
+    # a grid without 8 or 16 (or without the base variant) has none: the outputs are the scores alone, as before
+    few = {"embedded": {m: {v: {s: x for s, x in c.items() if s in ("2", "4")} for v, c in vs.items()}
+                        for m, vs in scores["embedded"].items()}}
+    assert steps_to_base(few) == {}
+    assert json.loads(benchmark_json({"scores": few, "steps_to_base": {}}, tmp_path)) == few
+    no_base = {"embedded": {m: {"trained-learned": vs["trained-learned"]} for m, vs in scores["embedded"].items()}}
+    assert steps_to_base(no_base) == {}
+    assert "Steps saved" not in benchmark_report({"scores": few, "steps_to_base": {}}, tmp_path)

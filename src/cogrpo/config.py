@@ -435,7 +435,9 @@ class BenchmarkConfig(_Section):
         "built from training combinations: the generalization gap per step count), 'geneval', 'dpg', 'imagereward', 'hpsv2' "
         "(the published prompt files of data/benchmarks/, for a backbone that reads any text).")
     steps: list[int] = Field(default_factory=lambda: [2, 4, 8, 16], min_length=1,
-                             description="Inference step counts; a learned schedule is carried to each.")
+                             description="Inference step counts; a learned schedule is carried to each. Where they "
+                             "hold 8 or 16, each variant's steps to reach the base-base score at 8 / 16 steps, and "
+                             "the steps saved, are read off this grid (interpolated between its counts).")
     variants: list[Variant] = Field(
         default_factory=lambda: ["base-base", "trained-base", "trained-learned"], min_length=1,
         description="model-schedule pairs: the base (pretrained) or trained model, under the base schedule or the "
