@@ -83,7 +83,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
           metrics={"metrics/schedule_sweep.json": lambda r, out: json_text(r)},
           records=("metrics/schedule_sweep.json",),
           datasets=("eval_heldout",)),
-    Stage("train", train_stage, ("world", "model", "schedule", "train", "reward_models", THREADS),
+    Stage("train", train_stage, ("world", "model", "pretrain", "schedule", "train", "reward_models", THREADS),
           {"prompts": "prompts", "tokenizer": "tokenizer", "model": "pretrain"},
           out="models/trained", artifacts={"": "model"}, datasets=("train",),
           resume_varies=("train.iterations", "train.processes"),  # a checkpoint resumes under any process count

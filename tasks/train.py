@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -21,6 +22,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from cogrpo.backbones.loading import load_generator
+from cogrpo.backbones.pretrain import make_pool, masked_token_loss
 from cogrpo.config import Params
 from cogrpo.core import checkpoints
 from cogrpo.core.batch import GroupedBatch
@@ -34,7 +36,19 @@ from cogrpo.io import read_specs
 from cogrpo.model_folder import ModelFolder
 from cogrpo.rewards import Term, combine, train_terms
 from cogrpo.shares import per_process
+from cogrpo.world.prompts import HeldOut
 from cogrpo.world.scenes import World
+
+
+def pretraining_anchor(params: Params, inputs: dict[str, Path], generator) -> Callable[[torch.Generator], torch.Tensor]:
+    """The embedded MDM's pretraining loss on the pretraining stage's own scene pool (same prompts, seed, size and
+    held-out pairs avoided), for train.anchor_coef."""
+    specs = read_specs(inputs["prompts"] / "train.parquet")
+    held = HeldOut.from_json((inputs["prompts"] / "heldout.json").read_text())
+    cfg = params.pretrain
+    pool = make_pool(World(params.world), generator.tokenizer, specs, cfg.pool_size, cfg.seed, held.allows_pair)
+    text = generator.text.encode([s["prompt"] for s in specs])
+    return partial(masked_token_loss, generator.model, text, pool, params.train.anchor_batch, cfg.cond_dropout)
 
 
 class TrainingSession:
@@ -58,7 +72,8 @@ class TrainingSession:
         self.generator = load_generator(params.model, inputs)
         bases = {T: base_knobs(params.schedule.model_copy(update={"steps": T}))
                  for T in [params.schedule.steps, *cfg.extra_steps]}
-        self.trainer = CoGRPO(self.generator, bases, cfg, ranks)
+        self.trainer = CoGRPO(self.generator, bases, cfg, ranks, pretraining_anchor(params, inputs, self.generator)
+                              if cfg.anchor_coef else None)
         terms = train_terms(cfg) + [Term("strict", 0.0)]  # strict: accuracy per tag
         self.reward = combine(terms, World(params.world), reward_url, params.reward_models.request_timeout_s)
         self.state_dir = state_dir

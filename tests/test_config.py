@@ -71,3 +71,11 @@ def test_overrides_are_validated_like_the_file():
         with_overrides(Params(), {"train.mode": "both"})
     with pytest.raises(ParamsError, match=r"key 'schedule.steps.x': unknown key"):
         with_overrides(Params(), {"schedule.steps.x": 1})
+
+
+def test_the_pretraining_anchor_needs_the_embedded_worlds_scenes():
+    from cogrpo.validate import load_params
+
+    assert load_params("params.yaml", {"train.anchor_coef": 1.0}).train.anchor_coef == 1.0
+    with pytest.raises(ParamsError, match=r"key 'train.anchor_coef': the pretraining loss needs the embedded world"):
+        load_params("params.yaml", {"model.backbone": "amused", "model.pretrained": "nowhere", "train.anchor_coef": 1.0})

@@ -1,8 +1,9 @@
 """Data-parallel Co-GRPO on the CPU with gloo: 2 processes, each with half the prompts, end where 1 process with
-the whole batch ends (model and schedule within 1e-5), for each training mode, on the embedded backbone and on a
-tiny aMUSEd (random weights, the real architecture) training LoRA adapters."""
+the whole batch ends (model and schedule within 1e-5), for each training mode, on the embedded backbone (also with
+the pretraining loss as anchor) and on a tiny aMUSEd (random weights, the real architecture) training LoRA adapters."""
 
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -12,6 +13,7 @@ import torch.multiprocessing as mp
 from cogrpo.backbones.amused import AmusedGenerator
 from cogrpo.backbones.embedded import EmbeddedGenerator
 from cogrpo.backbones.mdm import MDM, MDMConfig
+from cogrpo.backbones.pretrain import ScenePool, masked_token_loss
 from cogrpo.backbones.tiny_amused import make_tiny_amused
 from cogrpo.config import ModelConfig, ScheduleConfig, TrainConfig
 from cogrpo.core.batch import GroupedBatch
@@ -31,7 +33,8 @@ def _state(trainer: CoGRPO) -> dict[str, torch.Tensor]:
 CASES = [("embedded", "co", None, "per_step"), ("embedded", "model", 4, "per_step"),
          ("embedded", "schedule", None, "per_step"), ("embedded", "co", None, "prompt"),
          ("embedded", "alternate", 2, "per_step"), ("embedded", "co", 2, "state"),
-         ("amused", "co", 4, "per_step")]  # backbone, mode, train.micro_batch, train.schedule_policy
+         ("amused", "co", 4, "per_step"),
+         ("embedded", "co", 2, "per_step", 0.5)]  # backbone, mode, train.micro_batch, train.schedule_policy[, anchor]
 
 
 def _generator(backbone: str, folder: str):
@@ -49,14 +52,23 @@ def _generator(backbone: str, folder: str):
             Condition({"text": text, "text_mask": torch.ones(PROMPTS, 5, dtype=torch.bool)}))
 
 
-def train(rank: int, world: int, folder: str, backbone: str, mode: str, micro_batch: int | None, policy: str):
+def _anchor(gen: EmbeddedGenerator, text: torch.Tensor):
+    """The pretraining loss on a pool of random scenes of the prompts (what train.anchor_coef weighs)."""
+    pool = ScenePool(torch.arange(12).numpy() % PROMPTS,
+                     torch.randint(gen.codebook_size, (12, gen.n_tokens), generator=torch.Generator().manual_seed(2)))
+    return partial(masked_token_loss, gen.model, (text, torch.ones(PROMPTS, 5, dtype=torch.bool)), pool, 6, 0.1)
+
+
+def train(rank: int, world: int, folder: str, backbone: str, mode: str, micro_batch: int | None, policy: str,
+          anchor_coef: float = 0.0):
     """A few iterations of one rank on its share of the prompts. Returns the starting and the final state, and the
     last update's metrics (the loss, KL and gradient norms among them: equal only if the gradients are)."""
     gen, cond = _generator(backbone, folder)
     cfg = TrainConfig(mode=mode, group_size=GROUP, prompts_per_iter=PROMPTS, lr_model=1e-2, lr_schedule=1e-1,
-                      micro_batch=micro_batch, schedule_policy=policy)
+                      micro_batch=micro_batch, schedule_policy=policy, anchor_coef=anchor_coef)
     ranks = Ranks(rank, world)
-    trainer = CoGRPO(gen, base_knobs(ScheduleConfig(steps=4)), cfg, ranks)
+    anchor = _anchor(gen, cond.tensors["text"]) if anchor_coef else None
+    trainer = CoGRPO(gen, base_knobs(ScheduleConfig(steps=4)), cfg, ranks, anchor)
     mine, start = ranks.share(PROMPTS), _state(trainer)
     for _ in range(ITERATIONS):
         batch = GroupedBatch(torch.arange(PROMPTS)[mine], cond[mine], GROUP)
@@ -94,6 +106,7 @@ def test_two_ranks_train_what_one_process_trains(tmp_path):
                 assert diff <= 1e-5, (case, key, diff)
             for key, value in metrics.items():
                 assert abs(value - metrics_two[key]) <= 1e-5 * max(1.0, abs(value)), (case, key, value, metrics_two[key])
+            assert ("model/anchor_loss" in metrics) == (len(case) > 4)
             moved = {k.split(".")[0] for k in one if not torch.equal(one[k], start[k])}  # not a vacuous equality
             assert moved == {"model": {"model"}, "schedule": {"policy"}}.get(mode, {"model", "policy"})
             if case[3] != "per_step":  # the prompt read-out, or both layers of the state network, learned too

@@ -237,7 +237,7 @@ def test_a_state_network_moves_the_schedule_no_further_than_the_per_step_mean():
     assert torch.equal(first, tr.policy.net[0].weight)  # no gradient through a zero last layer yet
 
 
-def test_first_update_is_on_policy_and_nan_is_skipped():
+def test_first_update_is_on_policy_and_a_nan_reward_stops_the_update():
     tr = _tiny_trainer("co")
     batch = _batch()
     ro = tr.rollout(batch)
@@ -245,8 +245,9 @@ def test_first_update_is_on_policy_and_nan_is_skipped():
     assert abs(m["model/ratio_mean"] - 1) < 1e-4 and abs(m["schedule/ratio_mean"] - 1) < 1e-5
     assert m["model/kl"] < 1e-8
     state = {k: v.clone() for k, v in tr.model.state_dict().items()}
-    m = tr.update(batch, tr.rollout(batch), torch.tensor([float("nan")] * 8))
-    assert m["skipped"] == 1 and all(torch.equal(v, tr.model.state_dict()[k]) for k, v in state.items())
+    with pytest.raises(ValueError, match=r"^iteration 2: 1 of 8 rewards are NaN or infinite; nothing was updated$"):
+        tr.update(batch, tr.rollout(batch), torch.tensor([1.0, 0, 0, 1, float("nan"), 1, 1, 0]))
+    assert tr.iteration == 1 and all(torch.equal(v, tr.model.state_dict()[k]) for k, v in state.items())
 
 
 def test_extra_step_counts_cycle_and_each_trains_only_its_own_policy():

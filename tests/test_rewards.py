@@ -67,3 +67,18 @@ def test_colour_novelty_rewards_the_rare_colour_of_a_colour_free_prompt_only(wor
     assert torch.allclose(out, torch.tensor([1 / 3, 1 / 3, 1 / 3, 1.0, 0.0, 0.0]))
     same = build(Term("colour_novelty"), world)(reds, [free["prompt"]] * 3, [free] * 3)
     assert torch.equal(same, torch.zeros(3))  # a group of one colour: no sample is rarer than another
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_term_scoring_nan_or_inf_stops_the_run_naming_it(world, images, monkeypatch, bad):
+    """A reward server answering NaN once skipped every update silently and exported the base model as trained."""
+    import sys
+    import types
+
+    broken = types.ModuleType("broken_rewards")
+    broken.factory = lambda world: lambda images, prompts, specs: torch.tensor([0.5, bad, 0.2])
+    monkeypatch.setitem(sys.modules, "broken_rewards", broken)
+    monkeypatch.setitem(REGISTRY, "broken", "broken_rewards:factory")
+    reward = combine([Term("compositional"), Term("broken", 0.5)], world)
+    with pytest.raises(InputError, match=r"^reward term 'broken' scored 1 of 3 images NaN or infinite$"):
+        reward(images, [SPEC["prompt"]] * 3, [SPEC] * 3)

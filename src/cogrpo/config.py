@@ -292,6 +292,13 @@ class TrainConfig(_Section):
     lr_schedule: float = Field(0.1, gt=0, description="Adam learning rate of the schedule policy φ.")
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip ε of the ratio.")
     kl_beta: float = Field(0.05, ge=0, description="Weight β of the k3 KL of θ to the frozen starting model.")
+    anchor_coef: float = Field(
+        0.0, ge=0, description="Weight of the pretraining loss (masked-token cross-entropy on the pretraining "
+        "stage's own scene pool: pretrain.pool_size, pretrain.seed) added to θ's loss at every model update, on "
+        "anchor_batch scenes (InstructGPT's PPO-ptx). The KL holds θ near the base only on the trajectories it "
+        "samples; this keeps what pretraining taught beyond them. Embedded backbone only. As the default it did not "
+        "keep the counting tag and cost gain (0.1 and 1.0: reports/default_candidates.md), so it is off.")
+    anchor_batch: int = Field(64, ge=1, description="Scenes per model update of the pretraining loss (anchor_coef).")
     extra_steps: list[int] = Field(
         default_factory=list, description="Inference step counts trained beside schedule.steps, each with its own "
         "schedule policy (or one shared: share_schedule); iterations cycle through [schedule.steps, *extra_steps]. "

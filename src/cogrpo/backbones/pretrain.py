@@ -61,6 +61,18 @@ def mask_tokens(tokens: torch.Tensor, mask_id: int, gen: torch.Generator) -> tup
     return torch.where(masked, mask_id, tokens), masked
 
 
+def masked_token_loss(model: MDM, text: tuple[torch.Tensor, torch.Tensor], pool: ScenePool, batch_size: int,
+                      cond_dropout: float, gen: torch.Generator) -> torch.Tensor:
+    """The pretraining loss on `batch_size` pairs of the pool drawn with `gen`: cross-entropy on the masked cells."""
+    rows = torch.randint(len(pool.tokens), (batch_size,), generator=gen)
+    target = pool.tokens[rows]
+    inputs, masked = mask_tokens(target, model.cfg.mask_id, gen)
+    p = torch.from_numpy(pool.prompt_index)[rows]
+    drop = torch.rand(batch_size, generator=gen) < cond_dropout
+    logits = model(inputs, text[0][p], text[1][p], drop)
+    return F.cross_entropy(logits[masked], target[masked])
+
+
 def lr_at(step: int, cfg: PretrainConfig) -> float:
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
@@ -73,19 +85,11 @@ def pretrain(model: MDM, text: tuple[torch.Tensor, torch.Tensor], pool: ScenePoo
     """Train in place. text = (states, mask) of every prompt row. Returns the logged loss records."""
     gen = torch.Generator().manual_seed(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
-    states, tmask = text
-    prompt_index = torch.from_numpy(pool.prompt_index)
     model.train()
     start, history, running = time.monotonic(), [], []
     bar = tqdm(range(cfg.steps), desc="pretraining", disable=not progress)
     for step in bar:
-        rows = torch.randint(len(pool.tokens), (cfg.batch_size,), generator=gen)
-        target = pool.tokens[rows]
-        inputs, masked = mask_tokens(target, model.cfg.mask_id, gen)
-        p = prompt_index[rows]
-        drop = torch.rand(cfg.batch_size, generator=gen) < cfg.cond_dropout
-        logits = model(inputs, states[p], tmask[p], drop)
-        loss = F.cross_entropy(logits[masked], target[masked])
+        loss = masked_token_loss(model, text, pool, cfg.batch_size, cfg.cond_dropout, gen)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
         opt.zero_grad(set_to_none=True)

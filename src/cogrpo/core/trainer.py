@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from cogrpo.core.policy import (ProgressSchedulePolicy, PromptSchedulePolicy, Sc
                                 StateSchedulePolicy)
 from cogrpo.core.sampler import Trajectory, sample, trajectory_token_logprobs
 from cogrpo.core.schedule import KNOBS
+from cogrpo.errors import InputError
 
 
 def iteration_generator(seed: int, iteration: int, stream: int) -> torch.Generator:
@@ -81,12 +83,15 @@ def _tensors_to_state(prefix: str, tensors: dict, template: dict) -> dict:
 
 class CoGRPO:
     def __init__(self, model: Generator, base_knobs: torch.Tensor | dict[int, torch.Tensor], cfg: TrainConfig,
-                 ranks: Ranks = SINGLE):
+                 ranks: Ranks = SINGLE, anchor: Callable[[torch.Generator], torch.Tensor] | None = None):
         """model: the generator as loaded (its reference is taken now); base_knobs: the base schedule (T, 4), or one
         per trained step count, the main one first; ranks: this process's place in a data-parallel run, whose
-        batches are each rank's share of the iteration's prompts (core/distributed.py)."""
+        batches are each rank's share of the iteration's prompts (core/distributed.py); anchor: the pretraining loss
+        of a batch drawn with the given generator (train.anchor_coef weighs it), where the backbone has one."""
         bases = base_knobs if isinstance(base_knobs, dict) else {len(base_knobs): base_knobs}
-        self.cfg, self.ranks = cfg, ranks
+        if cfg.anchor_coef and anchor is None:
+            raise ValueError("train.anchor_coef > 0 needs the pretraining loss of the generator (anchor)")
+        self.cfg, self.ranks, self.anchor = cfg, ranks, anchor if cfg.anchor_coef else None
         self.model = model
         self.ref = model.reference()
         main, *extra = bases
@@ -180,13 +185,13 @@ class CoGRPO:
         metrics: dict = {"reward_mean": everyone.mean().item(), "reward_std": everyone.std(unbiased=False).item(),
                          "zero_std_groups": zero_std_fraction(everyone.view(-1, batch.group_size)),
                          "steps": float(ro.traj.steps)}
-        if not torch.isfinite(everyone).all():
-            self.iteration += 1
-            return metrics | {"skipped": 1.0}
+        if not torch.isfinite(everyone).all():  # every rank holds them all, so every rank stops
+            raise InputError(f"iteration {self.iteration + 1}: {int((~torch.isfinite(everyone)).sum())} of "
+                             f"{len(everyone)} rewards are NaN or infinite; nothing was updated")
         adv = group_advantages(batch.groups(rewards), cfg.scale_by_std).flatten()[:, None]
         cond, T = batch.trajectory_cond(), ro.traj.steps
         n_steps = max(1, math.ceil(cfg.step_fraction * T))
-        gen = iteration_generator(cfg.seed, self.iteration, 2)
+        gen, anchor_gen = (iteration_generator(cfg.seed, self.iteration, stream) for stream in (2, 3))
         update_model, update_schedule = self.phase()
         if cfg.mode == "alternate":
             metrics["alternate/model_phase"] = float(update_model)
@@ -199,6 +204,8 @@ class CoGRPO:
             part: dict[str, float] = {}
             if update_model:
                 part |= self._model_backward(ro.traj, cond, steps, adv, len(everyone))
+                if self.anchor:
+                    part |= self._anchor_backward(anchor_gen)
             if update_schedule:
                 part |= self._schedule_backward(ro, steps, adv, len(rewards) / len(everyone))
             part = self._sum_over_ranks(part, update_model, update_schedule)
@@ -245,6 +252,13 @@ class CoGRPO:
             loss.backward()
             total = {k: total.get(k, 0.0) + v for k, v in metrics.items()}
         return total
+
+    def _anchor_backward(self, gen: torch.Generator) -> dict:
+        """The pretraining loss's gradient, weighted by train.anchor_coef. Every rank draws the same batch and takes
+        1/world of it, so the sum over the ranks is what one process takes."""
+        loss = self.anchor(gen)
+        (self.cfg.anchor_coef / self.ranks.world * loss).backward()
+        return {"model/anchor_loss": loss.item() / self.ranks.world}
 
     def _schedule_backward(self, ro: Rollout, steps: torch.Tensor, adv: torch.Tensor, share: float) -> dict:
         """φ's gradient of its share of the global batch's loss, over the step count's policy."""

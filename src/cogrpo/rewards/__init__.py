@@ -67,13 +67,17 @@ def build(term: Term, world, server_url: str | None = None, timeout_s: float = 6
 
 def combine(terms: Sequence[Term], world, server_url: str | None = None,
             timeout_s: float = 600.0) -> Callable[..., dict[str, torch.Tensor]]:
-    """Weighted sum of the terms; returns {"total": (n,), <term label>: (n,) raw, ...}."""
+    """Weighted sum of the terms; returns {"total": (n,), <term label>: (n,) raw, ...}. A term scoring any image
+    NaN or infinite is an InputError naming it."""
     fns = [(term, build(term, world, server_url, timeout_s)) for term in terms]
 
     def reward(images, prompts, specs) -> dict[str, torch.Tensor]:
         out, total = {}, torch.zeros(len(images))
         for term, fn in fns:
             r = fn(images, prompts, specs).float()
+            bad = int((~torch.isfinite(r)).sum())
+            if bad:  # stop here: a skipped update would export the base model as "trained", and cache it
+                raise InputError(f"reward term '{term.label}' scored {bad} of {len(r)} images NaN or infinite")
             out[term.label] = r
             if term.normalize:
                 r = (r - r.mean()) / (r.std(unbiased=False) + 1e-6)
