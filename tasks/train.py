@@ -60,7 +60,7 @@ class TrainingSession:
         process's place in a data-parallel run (each rank rolls out its share of the prompts; rank 0 alone
         writes); a checkpoint does not depend on the number of ranks that wrote it."""
         cfg = self.cfg = params.train
-        self.ranks = ranks
+        self.ranks, self.warn = ranks, warn
         if ranks.world > 1:  # the ranks share the machine's cores (set before the session sets its own below)
             params = params.model_copy(update={"threads": max(1, params.threads // ranks.world)})
         per_process(cfg.prompts_per_iter, ranks.world, "train.prompts_per_iter")  # whole groups per rank, or refused
@@ -113,6 +113,9 @@ class TrainingSession:
     def update(self, batch: GroupedBatch, rollout: Rollout, scores: dict[str, torch.Tensor]) -> dict:
         """The GRPO update; returns the iteration's metrics (also appended to history.jsonl)."""
         metrics = self.trainer.update(batch, rollout, scores["total"])
+        if metrics["skipped"] and self.ranks.rank == 0:
+            self.warn(f"iteration {self.iteration}: {int(metrics['skipped'])} of {self.cfg.inner_epochs} update "
+                      f"passes skipped, non-finite {'; '.join(self.trainer.skip_reasons)} (metric 'skipped')")
         tags = [self.specs[r]["tag"] for r in self.ranks.gather(batch.trajectory_rows()).tolist()]
         correct = self.ranks.gather(scores["strict"]).tolist()
         for tag in sorted(set(tags)):

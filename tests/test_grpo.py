@@ -299,3 +299,28 @@ def test_checkpoint_roundtrip(tmp_path, extra_steps, share, policy):
     a, b = tr.update(batch, tr.rollout(batch), r), \
         again.update(batch, again.rollout(batch), r)
     assert a == b
+
+
+def test_a_skipped_update_names_its_cause_and_three_in_a_row_stop_the_run(monkeypatch):
+    """A non-finite loss skips the update (the weights stay), says which metric was not finite, and a training that
+    cannot update any more stops instead of exporting its last good model as finished."""
+    from cogrpo.core import trainer as trainer_module
+    from cogrpo.errors import InputError
+
+    tr = _tiny_trainer("model")
+    batch, r = _batch(), torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
+    assert tr.update(batch, tr.rollout(batch), r)["skipped"] == 0 and tr.skip_reasons == []
+    real = trainer_module.token_policy_loss
+
+    def diverged(*args, **kwargs):
+        loss, metrics = real(*args, **kwargs)
+        return loss * float("nan"), metrics | {"model/kl": float("nan")}
+
+    monkeypatch.setattr(trainer_module, "token_policy_loss", diverged)
+    state = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    for _ in range(2):
+        assert tr.update(batch, tr.rollout(batch), r)["skipped"] == 1 and tr.skip_reasons == ["model/kl"]
+    assert all(torch.equal(v, tr.model.state_dict()[k]) for k, v in state.items())
+    with pytest.raises(InputError, match=r"^iteration 4: no update in the last 3 iterations \(non-finite model/kl\): "
+                                         r"the training diverged$"):
+        tr.update(batch, tr.rollout(batch), r)

@@ -38,6 +38,10 @@ from cogrpo.core.schedule import KNOBS
 from cogrpo.errors import InputError
 
 
+SKIPPED_IN_A_ROW = 3  # iterations without any update that stop a run: it diverged, and exporting would pass off
+# the last good model as the finished training
+
+
 def iteration_generator(seed: int, iteration: int, stream: int) -> torch.Generator:
     return torch.Generator().manual_seed((seed * 1_000_003 + iteration) * 7 + stream)
 
@@ -110,6 +114,8 @@ class CoGRPO:
         self.opt_sched = (torch.optim.Adam(self._schedule_param_groups(), lr=cfg.lr_schedule)
                           if self.train_schedule else None)
         self.iteration = 0
+        self.skip_reasons: list[str] = []  # the last update's skipped passes: the metrics that were not finite
+        self.skipped_in_a_row = 0  # iterations whose every pass was skipped, up to this one
         ranks.broadcast_([p.data for p in self.trained] + [p.data for p in self.policies.parameters()])
 
     def _policy(self, base: torch.Tensor) -> SchedulePolicy:
@@ -195,7 +201,7 @@ class CoGRPO:
         update_model, update_schedule = self.phase()
         if cfg.mode == "alternate":
             metrics["alternate/model_phase"] = float(update_model)
-        skipped = 0
+        skipped, self.skip_reasons = 0, []
         for _ in range(cfg.inner_epochs):
             # one random subset of steps per epoch, shared by the batch, so the recompute is one forward
             steps = torch.randperm(T, generator=gen)[:n_steps].sort().values
@@ -211,6 +217,7 @@ class CoGRPO:
             part = self._sum_over_ranks(part, update_model, update_schedule)
             if not all(math.isfinite(v) for v in part.values()):
                 skipped += 1
+                self.skip_reasons.append(", ".join(k for k, v in part.items() if not math.isfinite(v)))
                 for opt in self._optimizers():
                     opt.zero_grad(set_to_none=True)
                 continue
@@ -225,6 +232,10 @@ class CoGRPO:
                 self.opt_sched.step()
         self.model.eval()
         self.iteration += 1
+        self.skipped_in_a_row = self.skipped_in_a_row + 1 if skipped == cfg.inner_epochs else 0
+        if self.skipped_in_a_row == SKIPPED_IN_A_ROW:
+            raise InputError(f"iteration {self.iteration}: no update in the last {SKIPPED_IN_A_ROW} iterations "
+                             f"(non-finite {'; '.join(dict.fromkeys(self.skip_reasons))}): the training diverged")
         return metrics | {"skipped": float(skipped)} | self.schedule_metrics()
 
     def _optimizers(self) -> list[torch.optim.Optimizer]:
