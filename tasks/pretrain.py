@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from cogrpo.backbones.loading import write_pretrained_pointer
-from cogrpo.backbones.pretrain import build_model, make_pool, pretrain
+from cogrpo.backbones.pretrain import ScenePool, build_model, make_pool, pretrain
 from cogrpo.backbones.text import TextEncoder
 from cogrpo.config import Params
 from cogrpo.io import read_specs
@@ -15,6 +15,17 @@ from cogrpo.world.prompts import HeldOut
 from cogrpo.world.scenes import World
 from cogrpo.world.tokenizer import Tokenizer
 from tasks.context import StageContext
+
+
+def pretraining_data(params: Params, prompts: Path, tokenizer: Tokenizer,
+                     text: TextEncoder) -> tuple[ScenePool, tuple[torch.Tensor, torch.Tensor]]:
+    """What the MDM is pretrained on: pretrain.pool_size scenes of the training prompts that avoid held-out
+    colour–shape pairs, and every training prompt's text states (train.anchor_coef reuses them)."""
+    specs = read_specs(prompts / "train.parquet")
+    held = HeldOut.from_json((prompts / "heldout.json").read_text())
+    cfg = params.pretrain
+    pool = make_pool(World(params.world), tokenizer, specs, cfg.pool_size, cfg.seed, held.allows_pair)
+    return pool, text.encode([s["prompt"] for s in specs])
 
 
 def pretrain_model(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
@@ -25,13 +36,10 @@ def pretrain_model(params: Params, inputs: dict[str, Path], out: Path, ctx: Stag
     if params.model.backbone != "embedded":
         return {"final_loss": None, "steps": 0, "history": [], "pretrained": write_pretrained_pointer(params.model, out)}
     torch.set_num_threads(params.threads)
-    world, cfg = World(params.world), params.pretrain
-    specs = read_specs(inputs["prompts"] / "train.parquet")
-    held = HeldOut.from_json((inputs["prompts"] / "heldout.json").read_text())
+    cfg = params.pretrain
     tokenizer = Tokenizer.load(inputs["tokenizer"])
     text = TextEncoder(params.model.text_encoder, params.model.max_text_tokens)
-    states = text.encode([s["prompt"] for s in specs])
-    pool = make_pool(world, tokenizer, specs, cfg.pool_size, cfg.seed, held.allows_pair, progress=False)
+    pool, states = pretraining_data(params, inputs["prompts"], tokenizer, text)
     model = build_model(params.model, tokenizer, text, cfg.seed)
 
     def on_log(step: int, record: dict) -> None:

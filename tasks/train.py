@@ -22,7 +22,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from cogrpo.backbones.loading import load_generator
-from cogrpo.backbones.pretrain import make_pool, masked_token_loss
+from cogrpo.backbones.pretrain import masked_token_loss
 from cogrpo.config import Params
 from cogrpo.core import checkpoints
 from cogrpo.core.batch import GroupedBatch
@@ -36,19 +36,15 @@ from cogrpo.io import read_specs
 from cogrpo.model_folder import ModelFolder
 from cogrpo.rewards import Term, combine, train_terms
 from cogrpo.shares import per_process
-from cogrpo.world.prompts import HeldOut
 from cogrpo.world.scenes import World
+from tasks.pretrain import pretraining_data
 
 
 def pretraining_anchor(params: Params, inputs: dict[str, Path], generator) -> Callable[[torch.Generator], torch.Tensor]:
-    """The embedded MDM's pretraining loss on the pretraining stage's own scene pool (same prompts, seed, size and
-    held-out pairs avoided), for train.anchor_coef."""
-    specs = read_specs(inputs["prompts"] / "train.parquet")
-    held = HeldOut.from_json((inputs["prompts"] / "heldout.json").read_text())
-    cfg = params.pretrain
-    pool = make_pool(World(params.world), generator.tokenizer, specs, cfg.pool_size, cfg.seed, held.allows_pair)
-    text = generator.text.encode([s["prompt"] for s in specs])
-    return partial(masked_token_loss, generator.model, text, pool, params.train.anchor_batch, cfg.cond_dropout)
+    """The embedded MDM's pretraining loss on the pretraining stage's own data, for train.anchor_coef."""
+    pool, text = pretraining_data(params, inputs["prompts"], generator.tokenizer, generator.text)
+    return partial(masked_token_loss, generator.model, text, pool, params.train.anchor_batch,
+                   params.pretrain.cond_dropout)
 
 
 class TrainingSession:
