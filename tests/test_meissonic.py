@@ -1,7 +1,7 @@
 """Meissonic through the generator interface, on the tiny random snapshot in the published layout (made offline).
 
 Parity: the authors' pipeline and scheduler are re-derived here step by step from their rules (recorded in
-cogrpo.backbones.meissonic_transformer's docstring), calling the snapshot's parts directly, not cogrpo's generator
+docs/meissonic.md), calling the snapshot's parts directly, not cogrpo's generator
 or sampler; both sides share one source of randomness: the uniforms cogrpo's sampler draws, redrawn from the same
 per-trajectory seeds. The authors' multinomial token draw is realised on them as a Gumbel-max (an exact sample of
 the same distribution), their re-mask Gumbel noise from the last uniform of each cell.
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from cogrpo.backbones.meissonic import MeissonicGenerator
-from cogrpo.backbones.meissonic_transformer import MeissonicTransformer, image_ids
+from cogrpo.backbones.meissonic_transformer import MeissonicTransformer
 from cogrpo.backbones.snapshot import snapshot_folder
 from cogrpo.backbones.tiny_meissonic import make_tiny_meissonic
 from cogrpo.config import ModelConfig, ScheduleConfig, TrainConfig
@@ -88,8 +88,11 @@ def authors_decode(folder, prompts, steps: int, guidance: float, resolution: int
         x = torch.full((B, side, side), mask_id, dtype=torch.long)
         timesteps = torch.arange(steps).flip(0)  # set_timesteps(steps, temperature=(2, 0))
         temperatures = torch.linspace(2, 0, steps)
-        # the ids of the pipeline's 1024-px branch: the grid halved (the transformer's downsampled grid)
-        img_ids, txt_ids = image_ids(side // 2, side // 2), torch.zeros(hidden.shape[1], 3)
+        # the ids of the pipeline's 1024-px branch, written out: (0, row, col) over the grid halved (the
+        # transformer's downsampled grid), row-major
+        half = side // 2
+        img_ids = torch.tensor([[0, row, col] for row in range(half) for col in range(half)], dtype=torch.float32)
+        txt_ids = torch.zeros(hidden.shape[1], 3)
         rngs = [torch.Generator().manual_seed(int(s)) for s in seeds]
         states = []
         for i, timestep in enumerate(timesteps):
@@ -176,12 +179,42 @@ def test_conditioning_is_the_pipeline_s(tiny):
     """77 CLIP tokens, the empty prompt as null, the image side from model.resolution (1024 by default)."""
     gen = _gen(tiny, lora_rank=0)
     cond = gen.encode(PROMPTS)
+    assert gen.tokenizer.model_max_length == 64  # so that the 77 below is the pipeline's, not the tokenizer's
     assert cond.tensors["hidden"].shape == (3, 77, 32) and cond.tensors["pooled"].shape == (3, 32)
     assert torch.equal(gen.null_condition().tensors["pooled"], gen.encode([""]).tensors["pooled"])
     assert (gen.side, gen.n_tokens, gen.mask_id, gen.codebook_size) == (8, 64, 64, 64)
     assert gen.prompt_features(cond).shape == (3, 32)
     default = MeissonicGenerator(tiny, ModelConfig(backbone="meissonic", pretrained=str(tiny), device="cpu"))
     assert default.resolution == 1024 and default.side == 512
+
+
+def test_the_negative_prompt_is_the_unconditional_branch(tiny):
+    negative = "worst quality, low quality, blurry"
+    plain, gen = _gen(tiny, lora_rank=0), _gen(tiny, lora_rank=0, negative_prompt=negative)
+    for key in ("hidden", "pooled"):
+        assert torch.equal(gen.null_condition().tensors[key], gen.encode([negative]).tensors[key])
+        assert not torch.allclose(gen.null_condition().tensors[key], plain.null_condition().tensors[key])
+    tokens, cond = torch.full((3, gen.n_tokens), gen.mask_id), gen.encode(PROMPTS)
+    with torch.no_grad():
+        assert not torch.allclose(_logits(gen, tokens, cond), _logits(plain, tokens, cond), atol=1e-4)
+
+
+def test_a_token_grid_the_transformer_cannot_halve_is_refused(tiny):
+    """18 px: a 9×9 VQ grid, which the transformer's 2×2 stride-2 conv and its transpose cannot bring back."""
+    with pytest.raises(InputError, match=r"^model.resolution = 18: must be a multiple of 4, 2× the VQ-GAN's scale 2"):
+        _gen(tiny, resolution=18)
+
+
+def test_bf16_logits_are_the_fp32_ones_up_to_rounding(tiny):
+    """The parity test runs in fp32; in bf16 (adapters at their no-op init) the guided logits (CFG 3) stay within
+    0.1 of fp32's on the tiny model, whose logits span about ±2.3 (0.055 at most when written; bf16 keeps 8 bits
+    of mantissa)."""
+    fp32, bf16 = _gen(tiny, lora_rank=4), _gen(tiny, lora_rank=4, dtype="bf16")
+    state = torch.full((3, fp32.n_tokens), fp32.mask_id)
+    state[:, ::3] = torch.arange(state[:, ::3].numel()).view(3, -1) % fp32.codebook_size  # a part-decoded canvas
+    with torch.no_grad():
+        exact, rounded = _logits(fp32, state, fp32.encode(PROMPTS)), _logits(bf16, state, bf16.encode(PROMPTS))
+    assert rounded.dtype == torch.float32 and (rounded - exact).abs().max() < 0.1
 
 
 def test_lora_on_the_attention_projections_and_the_reference_is_the_base(tiny):
@@ -194,7 +227,7 @@ def test_lora_on_the_attention_projections_and_the_reference_is_the_base(tiny):
         assert any(n.startswith(where + ".lora_") for n in names), where
     _perturb_adapters(gen)
     ref, tokens, cond = gen.reference(), torch.full((3, gen.n_tokens), gen.mask_id), gen.encode(PROMPTS)
-    assert sum(p.numel() for p in gen.parameters()) < 1.1 * sum(p.numel() for p in base.parameters())  # no copy
+    assert ref.transformer is None and ref.gen is gen  # the generator's own modules, no second transformer
     with torch.no_grad():
         assert torch.allclose(_logits(ref, tokens, cond), _logits(base, tokens, cond), atol=1e-5)
         assert not torch.allclose(_logits(gen, tokens, cond), _logits(base, tokens, cond), atol=1e-3)
@@ -214,7 +247,7 @@ def test_bf16_weights_with_fp32_adapters_train(tiny):
     assert any(not torch.equal(a, b) for a, b in zip(before, gen.trainable_parameters()))
 
 
-@pytest.mark.parametrize("policy", ["per_step", "state"])
+@pytest.mark.parametrize("policy", ["per_step", "prompt", "state"])
 def test_grpo_updates_move_only_the_adapters_and_the_schedule(tiny, policy):
     """A few Co-GRPO iterations on colour_match: the adapters and the schedule move, the base weights do not."""
     from cogrpo.rewards.pixels import colour_match
@@ -254,8 +287,17 @@ def test_full_fine_tuning_trains_the_transformer_against_a_frozen_copy(tiny, tmp
         assert torch.equal(_logits(again, tokens, cond), _logits(gen, tokens, cond))
 
 
+def count_attention_calls(blocks) -> list[int]:
+    """Calls of each block's attention, counted from now on: a checkpointed block runs it again in backward."""
+    counts = [0] * len(blocks)
+    for i, block in enumerate(blocks):
+        block.attn.register_forward_hook(lambda *_, i=i: counts.__setitem__(i, counts[i] + 1))
+    return counts
+
+
 @pytest.mark.parametrize("lora_rank", [4, 0])
 def test_gradient_checkpointing_gives_the_same_gradients(tiny, lora_rank):
+    """Every dual- and single-stream block is recomputed in backward, and the gradients are those without."""
     grads = []
     for checkpointing in (False, True):
         gen = _gen(tiny, lora_rank=lora_rank, gradient_checkpointing=checkpointing)
@@ -264,7 +306,12 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny, lora_rank):
         cond = gen.encode(PROMPTS)
         traj = sample(gen, cond, base_knobs(SHORT), torch.arange(3))
         gen.train()
-        trajectory_logprobs(gen, traj, cond).sum().backward()
+        counts = count_attention_calls([*gen.transformer.transformer_blocks,
+                                        *gen.transformer.single_transformer_blocks])
+        logp = trajectory_logprobs(gen, traj, cond).sum()
+        forward = list(counts)
+        logp.backward()
+        assert min(forward) > 0 and counts == [(1 + checkpointing) * n for n in forward]
         grads.append(torch.cat([p.grad.flatten() for p in gen.trainable_parameters()]))
     assert grads[0].abs().sum() > 0 and torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-5)
 
@@ -360,6 +407,25 @@ def test_weights_that_do_not_fit_the_config_stop_in_one_line(tiny, tmp_path):
     reference = _gen(tiny, lora_rank=0)
     assert all(torch.equal(a, b) for a, b in zip(gen.transformer.state_dict().values(),
                                                  reference.transformer.state_dict().values()))
+
+
+def test_a_torn_weight_file_or_an_unreadable_mask_id_stops_in_one_line(tiny, tmp_path):
+    folder = tmp_path / "torn"
+    shutil.copytree(tiny, folder)
+    file = folder / "transformer" / "diffusion_pytorch_model.safetensors"
+    for kept in (100, file.stat().st_size // 2):  # inside the header; inside the tensors
+        file.write_bytes((tiny / "transformer" / file.name).read_bytes()[:kept])
+        with pytest.raises(InputError, match=rf"^model.pretrained = '{folder}': torn/transformer cannot be read "
+                                             r"\(SafetensorError: [^\n]*$"):
+            _gen(folder)
+    shutil.copy(tiny / "transformer" / file.name, file)
+    config = folder / "scheduler" / "scheduler_config.json"
+    config.write_text(json.dumps({"masking_schedule": "cosine"}))
+    with pytest.raises(InputError, match=rf"^{config}: no integer mask_token_id \(KeyError: [^\n]*$"):
+        _gen(folder)
+    config.unlink()
+    with pytest.raises(InputError, match=rf"^{config}: no integer mask_token_id \(FileNotFoundError"):
+        _gen(folder)
 
 
 def test_missing_snapshot_fails_in_one_line_naming_the_param(tmp_path):

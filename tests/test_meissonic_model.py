@@ -9,7 +9,8 @@ import json
 import pytest
 import torch
 
-from cogrpo.backbones.meissonic_transformer import MeissonicTransformer, image_ids, micro_conditions
+from cogrpo.backbones.clip_vq import micro_conditions
+from cogrpo.backbones.meissonic_transformer import MeissonicTransformer, image_ids
 from cogrpo.backbones.tiny_meissonic import TEXT_TOKENS, TRANSFORMER, make_tiny_meissonic
 
 # per block, as the authors' TransformerBlock / SingleTransformerBlock name them (diffusers 0.30 Attention with
@@ -97,6 +98,13 @@ def test_config_constraints_of_the_authors_model():
         MeissonicTransformer(**{**TRANSFORMER, "pooled_projection_dim": 24})
     with pytest.raises(ValueError, match="axes_dims_rope"):
         MeissonicTransformer(**{**TRANSFORMER, "axes_dims_rope": [4, 4, 4]})
+    with pytest.raises(ValueError, match="guidance_embeds true: a guidance-distilled Meissonic is not supported"):
+        MeissonicTransformer(**{**TRANSFORMER, "guidance_embeds": True})
+
+
+def test_rope_positions_are_the_pipeline_s():
+    """(0, row, col), row-major, as src/pipeline.py's _prepare_latent_image_ids lays out the grid it is given."""
+    assert image_ids(2, 3).tolist() == [[0, 0, 0], [0, 0, 1], [0, 0, 2], [0, 1, 0], [0, 1, 1], [0, 1, 2]]
 
 
 def test_forward_shapes_and_inputs(tiny):
@@ -107,9 +115,11 @@ def test_forward_shapes_and_inputs(tiny):
         logits = model(**inputs)
         assert logits.shape == (3, TRANSFORMER["codebook_size"], 8, 8) and logits.isfinite().all()
         # defaults are the authors' ids: text zeros, then (0, row, col) over the 4×4 grid after downsampling
-        explicit = model(**inputs, txt_ids=torch.zeros(TEXT_TOKENS, 3), img_ids=image_ids(4, 4))
+        grid = torch.tensor([[0, row, col] for row in range(4) for col in range(4)], dtype=torch.float32)
+        explicit = model(**inputs, txt_ids=torch.zeros(TEXT_TOKENS, 3), img_ids=grid)
         assert torch.equal(logits, explicit)
         assert not torch.allclose(logits, model(**{**inputs, "timestep": torch.tensor([0])}))
+        assert torch.equal(logits, model(**{**inputs, "timestep": torch.tensor([7.0], dtype=torch.float64)}))
         assert not torch.allclose(logits, model(**{**inputs, "micro_conds": micro_conditions(16, 16, 3, (4, 4))}))
         # rows are independent: one sample alone gives its own logits
         alone = model(**{k: v[1:2] if k not in ("timestep",) else v for k, v in inputs.items()})

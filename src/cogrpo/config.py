@@ -112,6 +112,11 @@ class ModelConfig(_Section):
         None, ge=8, description="aMUSEd, Meissonic: image side in pixels; None takes the model's own (aMUSEd: 256 "
         "for amused-256; Meissonic: 1024, its pipeline's default).",
     )
+    negative_prompt: str = Field(
+        "", description="aMUSEd, Meissonic: the prompt of the unconditional branch of CFG (the negative prompt); "
+        "\"\" is both pipelines' default (the Meissonic authors' inference.py passes a long comma-separated one, "
+        "'worst quality, normal quality, low quality, low res, blurry, …').",
+    )
     dtype: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32", description="aMUSEd, Meissonic: dtype of the transformer, text encoder and VQ-GAN; logits are taken "
         "in fp32."

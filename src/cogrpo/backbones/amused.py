@@ -16,9 +16,6 @@ import torch
 from torch import nn
 
 from cogrpo.backbones.clip_vq import ClipVQGenerator
-from cogrpo.backbones.snapshot import DTYPES, has_trained_weights, pick_device, snapshot_folder
-
-__all__ = ["AmusedGenerator", "DTYPES", "has_trained_weights", "pick_device", "snapshot_folder"]
 
 
 class AmusedGenerator(ClipVQGenerator):

@@ -2,11 +2,13 @@
 and a token transformer over the VQ grid, in the hub snapshot layout (cogrpo.backbones.snapshot).
 
 `ClipVQGenerator` computes what both authors' pipelines compute around their decoding loop, the same way: the CLIP
-prompt encoding (penultimate hidden states and the pooled projection; the null condition is the empty prompt, the
-pipelines' default negative prompt), micro-conditioning [width, height, crop 0, 0, aesthetic score 6] in the text
-encoder's dtype, the CFG combination uncond + w (cond − uncond) on the transformer's logits (taken in fp32: the
-pipelines combine them in the model's dtype, the same in fp32), and VQ-GAN decoding of the final tokens. The
-decoding loop is cogrpo's (cogrpo.core.sampler). A subclass says which transformer it loads and how it is called.
+prompt encoding (penultimate hidden states and the pooled projection; the null condition is model.negative_prompt,
+by default the empty prompt as in both pipelines), micro-conditioning [width, height, crop 0, 0, aesthetic score 6]
+in the text encoder's dtype, the CFG combination uncond + w (cond − uncond) on the transformer's logits (taken in
+fp32: the pipelines combine them in the model's dtype, the same in fp32), and VQ-GAN decoding of the final tokens.
+The decoding loop is cogrpo's (cogrpo.core.sampler). A subclass says which transformer it loads and how it is
+called; its weight file is checked name by name and shape by shape against its config.json before anything loads
+(cogrpo.backbones.snapshot.check_weights).
 
 A model update trains LoRA adapters (peft, in fp32 whatever the base dtype) on the transformer, or the whole
 transformer (`lora_rank: 0`). With adapters the KL reference is the same modules with the adapters switched off,
@@ -25,12 +27,28 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from cogrpo.backbones.snapshot import ADAPTERS, DTYPES, PARTS, mask_token_id, pick_device
+from cogrpo.backbones.snapshot import ADAPTERS, PARTS, check_weights, mask_token_id
 from cogrpo.config import ModelConfig
 from cogrpo.core.generator import Condition
 from cogrpo.errors import InputError
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # model.dtype
 AESTHETIC_SCORE = 6  # both pipelines' default micro-conditioning
+
+
+def pick_device(name: str) -> torch.device:
+    """model.device: 'auto' is CUDA when present, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def micro_conditions(width: int, height: int, batch: int, crop: tuple[int, int] = (0, 0),
+                     aesthetic_score: float = AESTHETIC_SCORE, dtype: torch.dtype = torch.float32,
+                     device: torch.device | str | None = None) -> torch.Tensor:
+    """(batch, 5) micro-conditioning as both pipelines build it: [width, height, crop top, crop left, score]."""
+    row = torch.tensor([width, height, crop[0], crop[1], aesthetic_score], dtype=dtype, device=device)
+    return row.expand(batch, -1)
 
 
 class ClipVQGenerator(nn.Module):
@@ -42,6 +60,9 @@ class ClipVQGenerator(nn.Module):
 
         super().__init__()
         self.folder, self.cfg = Path(folder), cfg
+        # the cheap checks first: a broken snapshot stops before gigabytes load
+        check_weights(self.transformer_class(), self.folder / "transformer", cfg.pretrained)
+        self.mask_id = mask_token_id(self.folder)
         self.device = pick_device(cfg.device)
         dtype = DTYPES[cfg.dtype]
         load = dict(torch_dtype=dtype)
@@ -54,7 +75,6 @@ class ClipVQGenerator(nn.Module):
         self.text_encoder.to(self.device).requires_grad_(False).eval()
         self.prompt_feature_dim = self.text_encoder.config.projection_dim
         self.tokenizer = CLIPTokenizer.from_pretrained(self.folder / "tokenizer")
-        self.mask_id = mask_token_id(self.folder)
         scale = 2 ** (len(self.vqvae.config.block_out_channels) - 1)
         self.resolution = cfg.resolution or self.default_resolution(scale)
         if self.resolution % scale:
@@ -118,7 +138,7 @@ class ClipVQGenerator(nn.Module):
 
     def null_condition(self) -> Condition:
         if self._null is None:
-            self._null = self.encode([""])
+            self._null = self.encode([self.cfg.negative_prompt])
         return self._null
 
     def guided_logits(self, tokens: torch.Tensor, cond: Condition, cfg_scale: torch.Tensor,
@@ -130,10 +150,9 @@ class ClipVQGenerator(nn.Module):
         B, null = len(tokens), self.null_condition().tensors
         both = lambda k: torch.cat([null[k].expand(B, *null[k].shape[1:]), cond.tensors[k]])  # noqa: E731
         hidden = both("hidden")
-        micro = torch.tensor([self.resolution, self.resolution, 0, 0, AESTHETIC_SCORE], device=self.device,
-                             dtype=hidden.dtype).expand(2 * B, -1)
+        micro = micro_conditions(self.resolution, self.resolution, 2 * B, dtype=hidden.dtype, device=self.device)
         x = tokens.to(self.device).view(B, self.side, self.side).repeat(2, 1, 1)
-        steps = None if timestep is None else timestep.to(self.device).repeat(2)
+        steps = None if timestep is None else timestep.repeat(2)
         logits = self.forward_logits(transformer, x, hidden, both("pooled"), micro, steps)
         logits = logits.float().reshape(2 * B, self.codebook_size, self.n_tokens).transpose(1, 2)
         uncond, cond_logits = logits.chunk(2)

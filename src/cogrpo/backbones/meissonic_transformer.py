@@ -3,7 +3,7 @@
 `MeissonicTransformer` computes what the authors' `Transformer2DModel` (viiika/Meissonic, src/transformer.py; the
 same class in AIDC-AI/Meissonic) computes, with the same module names, so `MeissonicTransformer.from_pretrained(
 snapshot / "transformer")` reads the published `config.json` and `diffusion_pytorch_model.safetensors` of
-MeissonFlow/Meissonic unchanged. Its defaults are the published config (transformer/config.json, 451 bytes):
+MeissonFlow/Meissonic unchanged. Its defaults are the published config (transformer/config.json):
 
     attention_head_dim 128, axes_dims_rope [16, 56, 56], codebook_size 8192, downsample true, guidance_embeds false,
     in_channels 64, joint_attention_dim 1024, num_attention_heads 8, num_layers 14, num_single_layers 28,
@@ -26,46 +26,14 @@ Forward, for token ids x (B, H, W) on the VQ grid (64×64 at 1024 px), D = heads
 All RMSNorms have eps 1e-6 and a weight; every conv / linear of steps 1, 2, 7 and the projections is bias-free.
 
 Simplified, on purpose: no ControlNet residuals, no LoRA `joint_attention_kwargs` scale, no gradient checkpointing
-switch and no fused-QKV processor (none changes the logits or the weight names). The blocks are diffusers' current
+switch and no fused-QKV processor (none changes the logits or the weight names), and no guidance embedding
+(`guidance_embeds: true` is refused; the published config has false). The blocks are diffusers' current
 Flux blocks; the authors used diffusers 0.30's `Attention` with a Flux processor: same weights and the same
 computation (the single-stream blocks here split and rejoin [text; image] per block, which is exact). The
 qk-RMSNorm is torch's rather than diffusers' own, equal up to float rounding.
 
-What the authors' pipeline and scheduler do around this transformer (src/pipeline.py of viiika/Meissonic; the
-scheduler from AIDC-AI/Meissonic src/scheduling.py, the authors' framework release: its logic is the same as
-diffusers' AmusedScheduler; viiika/Meissonic's src/scheduler.py was not readable here), for T steps:
-
-  Text: CLIP tokenizer, padding "max_length" with max_length 77 (hard-coded), truncation;
-    CLIPTextModelWithProjection: pooled = text_embeds (projected), encoder_hidden_states = hidden_states[-2].
-  CFG (when guidance_scale > 1; defaults 9.0 in the pipeline and in inference.py): the null condition is the
-    negative prompt, "" per prompt by default (inference.py passes a long list of negative words); the batch is
-    [uncond; cond] and logits = uncond + w · (cond − uncond).
-  micro_conds = [width, height, 0, 0, 6] (crop (0, 0), aesthetic score 6), in the text encoder's dtype.
-  Start: every token is mask_token_id (scheduler config; 8255 = vocab_size − 1, the id training masks with:
-    inferred, the 124-byte hub file itself was not readable here).
-  Steps: scheduler.timesteps = [T−1, …, 0]; the transformer gets timestep = that integer (×1000 inside).
-    (Training passes mask_prob · 1000, multiplied by 1000 again inside: train and sample scales differ;
-    reproduced as is.) Defaults: T = 48 (pipeline, inference.py), 64 in the training script's validation.
-  Re-mask temperature: set_timesteps(T, temperature=(2, 0)) → τ_i = linspace(2, 0, T)[i] (a tuple: from its first
-    to its second value; a scalar τ: linspace(τ, 0.01, T)). There is no temperature on the logits.
-  scheduler.step at step i (timestep t = T−1−i), on the CFG logits, N = H·W cells:
-    probs = softmax(logits); unknown = (x == mask_id);
-    pred = multinomial(probs) per cell, kept only where unknown (committed cells keep their token);
-    if t == 0: x ← pred (the last step fills every remaining cell);
-    else: r = (i + 1) / T; mask_ratio = cos(π/2 · r) ("cosine", the published masking_schedule; "linear": 1 − r);
-      mask_len = max(1, min(#unknown − 1, floor(N · mask_ratio)))   (float32 arithmetic);
-      conf = log(clamp(p(pred), 1e-20)) + τ_i · g, g = −log(clamp(−log(clamp(u, 1e-20)), 1e-20)), u ~ U(0, 1);
-      committed cells get p = finfo(dtype).max (in float32, log 88.7: never re-masked);
-      cut = the mask_len-th smallest conf (0-based, ascending sort); cells with conf < cut go back to mask_id,
-      all others take pred. So each step commits #unknown − mask_len cells, chosen by Gumbel-perturbed
-      confidence of the sampled token, and a committed token never changes.
-    The same torch generator draws the multinomial first, then the Gumbel uniforms, at every step.
-  Decode: vqvae.decode(x, force_not_quantize=True, shape=(B, H, W, latent_channels)).sample.clip(0, 1).
-In cogrpo's terms (core/schedule.py): ratio curve "amused" (cos(π/2 · (t+1)/T) in float32), τ_s = 1, τ_r annealed
-linearly from 2 to 0 ("to_zero"), w = 9. cogrpo's count rule (next_masked_count) differs in its lower clamp (one
-per remaining step there, 1 here) and in rounding (there floor(N · r + 1e-9) in float64, here in float32); the
-counts agree on the published 64×64 grid at 12 to 64 steps and on the tiny grids the parity test decodes
-(tests/test_meissonic.py).
+What the authors' pipeline and scheduler do around this transformer, and how cogrpo reproduces them:
+docs/meissonic.md.
 """
 
 from __future__ import annotations
@@ -77,9 +45,7 @@ import torch
 from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.loaders import PeftAdapterMixin
 from diffusers.models.downsampling import Downsample2D
-from diffusers.models.embeddings import (CombinedTimestepGuidanceTextProjEmbeddings,
-                                         CombinedTimestepTextProjEmbeddings, TimestepEmbedding,
-                                         get_timestep_embedding)
+from diffusers.models.embeddings import CombinedTimestepTextProjEmbeddings, TimestepEmbedding, get_timestep_embedding
 from diffusers.models.modeling_utils import ModelMixin
 from diffusers.models.normalization import RMSNorm
 from diffusers.models.transformers.transformer_flux import (FluxPosEmbed, FluxSingleTransformerBlock,
@@ -132,9 +98,12 @@ class MeissonicTransformer(ModelMixin, ConfigMixin, PeftAdapterMixin):
             raise ValueError(f"pooled_projection_dim {pooled_projection_dim} must equal heads × head_dim {dim}")
         if sum(axes_dims_rope) != attention_head_dim:
             raise ValueError(f"axes_dims_rope {axes_dims_rope} must sum to attention_head_dim {attention_head_dim}")
+        if guidance_embeds:  # the published model has none, and cogrpo's sampler has no guidance value to pass
+            raise ValueError("guidance_embeds true: a guidance-distilled Meissonic is not supported (the published "
+                             "config has false)")
         self.pos_embed = FluxPosEmbed(theta=ROPE_THETA, axes_dim=list(axes_dims_rope))
-        time_cls = CombinedTimestepGuidanceTextProjEmbeddings if guidance_embeds else CombinedTimestepTextProjEmbeddings
-        self.time_text_embed = time_cls(embedding_dim=dim, pooled_projection_dim=pooled_projection_dim)
+        self.time_text_embed = CombinedTimestepTextProjEmbeddings(embedding_dim=dim,
+                                                                  pooled_projection_dim=pooled_projection_dim)
         self.context_embedder = nn.Linear(joint_attention_dim, dim)
         self.transformer_blocks = nn.ModuleList(
             [FluxTransformerBlock(dim, num_attention_heads, attention_head_dim) for _ in range(num_layers)])
@@ -156,12 +125,11 @@ class MeissonicTransformer(ModelMixin, ConfigMixin, PeftAdapterMixin):
 
     def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor,
                 pooled_projections: torch.Tensor, micro_conds: torch.Tensor, timestep: torch.Tensor,
-                img_ids: torch.Tensor | None = None, txt_ids: torch.Tensor | None = None,
-                guidance: torch.Tensor | None = None) -> torch.Tensor:
+                img_ids: torch.Tensor | None = None, txt_ids: torch.Tensor | None = None) -> torch.Tensor:
         """hidden_states: token ids (B, H, W); encoder_hidden_states (B, L, joint_attention_dim); pooled_projections
-        (B, pooled_projection_dim); micro_conds (B, 5); timestep (B,) or (1,), the scheduler's step index (×1000
-        here, as the authors do); img_ids / txt_ids: RoPE positions (n, 3), default `image_ids` of the
-        post-downsampling grid and zeros (L, 3). Returns logits (B, codebook_size, H, W)."""
+        (B, pooled_projection_dim); micro_conds (B, 5); timestep (B,) or (1,), the scheduler's step index on any
+        device and dtype (×1000 here, as the authors do); img_ids / txt_ids: RoPE positions (n, 3), default
+        `image_ids` of the post-downsampling grid and zeros (L, 3). Returns logits (B, codebook_size, H, W)."""
         B = hidden_states.shape[0]
         micro = get_timestep_embedding(micro_conds.flatten(), MICRO_COND_ENCODE_DIM, flip_sin_to_cos=True,
                                        downscale_freq_shift=0).reshape(B, -1)
@@ -174,18 +142,12 @@ class MeissonicTransformer(ModelMixin, ConfigMixin, PeftAdapterMixin):
         x = x.permute(0, 2, 3, 1).reshape(B, height * width, channels)
         x = self.project_to_hidden(self.project_to_hidden_norm(x))
 
-        t = timestep.to(x.dtype) * 1000
-        if self.config.guidance_embeds:
-            temb = self.time_text_embed(t, guidance.to(x.dtype) * 1000, cond)
-        else:
-            temb = self.time_text_embed(t, cond)
+        temb = self.time_text_embed(timestep.to(device=x.device, dtype=x.dtype) * 1000, cond)
 
         if img_ids is None:
             img_ids = image_ids(height, width, x.device)
         if txt_ids is None:
             txt_ids = torch.zeros(context.shape[1], 3, device=x.device)
-        img_ids = img_ids[0] if img_ids.ndim == 3 else img_ids  # the authors accept a batched (deprecated) form too
-        txt_ids = txt_ids[0] if txt_ids.ndim == 3 else txt_ids
         rope = self.pos_embed(torch.cat([txt_ids, img_ids], 0))
 
         for block in self.transformer_blocks:
@@ -205,13 +167,6 @@ def image_ids(height: int, width: int, device: torch.device | str | None = None)
     ids[..., 1] = torch.arange(height, device=device)[:, None]
     ids[..., 2] = torch.arange(width, device=device)[None, :]
     return ids.reshape(height * width, 3)
-
-
-def micro_conditions(width: int, height: int, batch: int, crop: tuple[int, int] = (0, 0), aesthetic_score: float = 6,
-                     dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> torch.Tensor:
-    """(batch, 5) micro-conditioning as the authors' pipeline builds it: [width, height, crop, aesthetic score]."""
-    row = torch.tensor([width, height, crop[0], crop[1], aesthetic_score], dtype=dtype, device=device)
-    return row.expand(batch, -1)
 
 
 def save_published(model: MeissonicTransformer, folder: str | Path) -> None:

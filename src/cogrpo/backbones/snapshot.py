@@ -16,19 +16,12 @@ import torch
 from cogrpo.errors import InputError
 
 PARTS = ("transformer", "vqvae", "text_encoder", "tokenizer", "scheduler")
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ADAPTERS = "adapters.safetensors"
 # model.backbone → (a snapshot of it, in messages; the hub id whose layout a snapshot follows)
 HUB = {"amused": ("an aMUSEd", "amused/amused-256"), "meissonic": ("a Meissonic", "MeissonFlow/Meissonic")}
 
 
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def snapshot_folder(pretrained: str, backbone: str = "amused") -> Path:
+def snapshot_folder(pretrained: str, backbone: str) -> Path:
     """model.pretrained as a local snapshot folder: the folder itself, or the hub's cached or downloaded copy of
     an id. Fails in seconds with one line when neither is there (no hub retry loop: offline is offline)."""
     path = Path(pretrained).expanduser()
@@ -56,7 +49,11 @@ def has_trained_weights(folder: Path) -> bool:
 
 def mask_token_id(folder: Path) -> int:
     """The [MASK] id of the snapshot's scheduler config (AmusedScheduler's and Meissonic's `mask_token_id`)."""
-    return int(json.loads((folder / "scheduler" / "scheduler_config.json").read_text())["mask_token_id"])
+    path = folder / "scheduler" / "scheduler_config.json"
+    try:
+        return int(json.loads(path.read_text())["mask_token_id"])
+    except (OSError, ValueError, KeyError, TypeError) as err:  # absent, not JSON, no key, not a number
+        raise InputError(f"{path}: no integer mask_token_id ({type(err).__name__}: {err})") from None
 
 
 def weight_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
@@ -78,13 +75,15 @@ def check_weights(model_class: type, folder: Path, pretrained: str) -> None:
     """Every weight the model its config.json builds expects is in folder's files, with its shape: missing or
     misshapen weights stop with one line naming them and model.pretrained; weights the model does not know are
     warned about (the loader ignores them)."""
+    from safetensors import SafetensorError
+
     part = f"{folder.parent.name}/{folder.name}"
     try:
         config = model_class.load_config(folder)
         with torch.device("meta"):
             expected = {k: tuple(v.shape) for k, v in model_class.from_config(config).state_dict().items()}
         found = weight_shapes(folder)
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, SafetensorError) as err:  # SafetensorError: a torn file
         raise InputError(f"model.pretrained = {pretrained!r}: {part} cannot be read ({type(err).__name__}: "
                          f"{err})") from None
     missing = sorted(set(expected) - set(found))
