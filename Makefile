@@ -43,6 +43,7 @@ bench: $(STAMP) $(REWARD_STAMP)
 	python bench/update_cost.py
 	python bench/amused_cost.py
 	python bench/amused_learning.py
+	python bench/meissonic_learning.py
 	python bench/reward_serving.py
 
 clean:

@@ -29,7 +29,8 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from cogrpo.backbones.amused import DTYPES, AmusedGenerator
+from cogrpo.backbones.amused import AmusedGenerator
+from cogrpo.backbones.clip_vq import DTYPES
 from cogrpo.backbones.tiny_amused import make_tiny_amused
 from cogrpo.config import ModelConfig, ScheduleConfig, TrainConfig
 from cogrpo.core.batch import GroupedBatch

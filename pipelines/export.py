@@ -1,10 +1,12 @@
-"""Export a trained aMUSEd as a standalone diffusers folder: `python -m pipelines.export models/trained OUT`.
+"""Export a trained aMUSEd or Meissonic as a snapshot folder: `python -m pipelines.export models/trained OUT`.
 
-OUT holds the snapshot's parts with the trained LoRA adapters merged into the transformer, loadable by
-`AmusedPipeline.from_pretrained(OUT)`, and the learned schedules (`ModelFolder.schedules`) and a prompt- or
-state-conditioned policy (`ModelFolder.conditioned_policy`) beside them (the pipeline itself cannot take per-step
-knobs, nor choose them step by step; cogrpo's sampler does: docs/amused.md). The model params come from params.yaml
-(model.pretrained names the base snapshot). No Prefect, no MLflow: a file conversion.
+OUT holds the snapshot's parts with the trained LoRA adapters merged into the transformer (aMUSEd: loadable by
+`AmusedPipeline.from_pretrained(OUT)`; Meissonic: in the published layout, its transformer/ loadable by
+`MeissonicTransformer.from_pretrained`; both: by cogrpo, model.pretrained = OUT with lora_rank 0), and the learned
+schedules (`ModelFolder.schedules`) and a prompt- or state-conditioned policy (`ModelFolder.conditioned_policy`)
+beside them (the pipelines themselves cannot take per-step knobs, nor choose them step by step; cogrpo's sampler
+does: docs/amused.md). The model params come from params.yaml (model.pretrained names the base snapshot). No
+Prefect, no MLflow: a file conversion.
 """
 
 import argparse
@@ -29,8 +31,9 @@ def main(argv: list[str] | None = None) -> Path:
         from cogrpo.validate import load_params
 
         cfg = load_params(args.params).model
-        if cfg.backbone != "amused":
-            raise InputError(f"{args.params}: model.backbone is {cfg.backbone!r}; only aMUSEd exports to diffusers")
+        if cfg.backbone == "embedded":
+            raise InputError(f"{args.params}: model.backbone is 'embedded'; only aMUSEd and Meissonic export a "
+                             "snapshot")
         gen = load_generator(cfg, {"model": args.model})
         gen.export(args.out)
         folder = ModelFolder(args.model)

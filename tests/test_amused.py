@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from cogrpo.backbones.amused import AmusedGenerator, snapshot_folder
+from cogrpo.backbones.amused import AmusedGenerator
+from cogrpo.backbones.snapshot import snapshot_folder
 from cogrpo.backbones.tiny_amused import make_tiny_amused
 from cogrpo.config import ModelConfig, ScheduleConfig, TrainConfig
 from cogrpo.core import sampler as sampler_module
@@ -95,7 +96,7 @@ def test_lora_trains_adapters_only_and_the_reference_is_the_base_without_a_copy(
     assert names and all("lora_" in n for n in names) and any("to_q" in n for n in names)
     _perturb_adapters(gen)
     ref = gen.reference()
-    assert sum(p.numel() for p in gen.parameters()) < 1.1 * sum(p.numel() for p in base.parameters())  # no copy
+    assert ref.transformer is None and ref.gen is gen  # the generator's own modules, no second transformer
     tokens = torch.full((3, gen.n_tokens), gen.mask_id)
     cond, w = gen.encode(PROMPTS), torch.full((3,), 3.0)
     with torch.no_grad():
@@ -146,12 +147,34 @@ def test_one_co_grpo_update_moves_only_the_adapters_and_the_schedule(tiny, polic
 
 def test_missing_weights_fail_in_one_line_naming_the_param(tmp_path):
     with pytest.raises(InputError, match=r"model.pretrained = .*not an aMUSEd snapshot folder"):
-        snapshot_folder(str(tmp_path / "nowhere"))
+        snapshot_folder(str(tmp_path / "nowhere"), "amused")
     (tmp_path / "half" / "transformer").mkdir(parents=True)
     with pytest.raises(InputError, match=r"missing vqvae, text_encoder, tokenizer, scheduler/"):
-        snapshot_folder(str(tmp_path / "half"))
+        snapshot_folder(str(tmp_path / "half"), "amused")
     with pytest.raises(InputError, match=r"model.pretrained = 'amused/amused-256'.*hf download"):
-        snapshot_folder("amused/amused-256")  # offline (HF_HUB_OFFLINE=1 in tests): no retry loop
+        snapshot_folder("amused/amused-256", "amused")  # offline (HF_HUB_OFFLINE=1 in tests): no retry loop
+
+
+def test_transformer_weights_that_do_not_fit_the_config_stop_in_one_line(tiny, tmp_path):
+    """The same check as Meissonic's, before anything loads (tests/test_meissonic.py has the details)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "broken"
+    shutil.copytree(tiny, folder)
+    file = folder / "transformer" / "diffusion_pytorch_model.safetensors"
+    save_file({k: v for k, v in load_file(str(file)).items() if k != "mlm_layer.conv2.weight"}, str(file))
+    with pytest.raises(InputError, match=rf"^model.pretrained = '{folder}': broken/transformer does not fit its "
+                                         r"config.json: missing mlm_layer.conv2.weight$"):
+        _gen(folder)
+
+
+def test_the_negative_prompt_is_the_unconditional_branch(tiny):
+    negative = "worst quality, low quality, blurry"
+    plain, gen = _gen(tiny, lora_rank=0), _gen(tiny, lora_rank=0, negative_prompt=negative)
+    assert torch.equal(gen.null_condition().tensors["hidden"], gen.encode([negative]).tensors["hidden"])
+    assert not torch.allclose(gen.null_condition().tensors["pooled"], plain.null_condition().tensors["pooled"])
 
 
 def test_adapter_file_is_json_describing_the_lora(tiny, tmp_path):
@@ -247,7 +270,14 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny, lora_rank):
         cond = gen.encode(PROMPTS)
         traj = sample(gen, cond, base_knobs(AMUSED_DEFAULTS.model_copy(update={"steps": 4})), torch.arange(3))
         gen.train()
-        trajectory_logprobs(gen, traj, cond).sum().backward()
+        layers = gen.transformer.transformer_layers
+        counts = [0] * len(layers)  # calls of each layer's self-attention: a recomputed layer runs it again
+        for i, layer in enumerate(layers):
+            layer.attn1.register_forward_hook(lambda *_, i=i: counts.__setitem__(i, counts[i] + 1))
+        logp = trajectory_logprobs(gen, traj, cond).sum()
+        forward = list(counts)
+        logp.backward()
+        assert min(forward) > 0 and counts == [(1 + checkpointing) * n for n in forward]
         grads.append(torch.cat([p.grad.flatten() for p in gen.trainable_parameters()]))
     assert grads[0].abs().sum() > 0 and torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-5)
 

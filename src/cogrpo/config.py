@@ -95,39 +95,53 @@ class TokenizerConfig(_Section):
 
 
 class ModelConfig(_Section):
-    backbone: Literal["embedded", "amused"] = Field(
+    backbone: Literal["embedded", "amused", "meissonic"] = Field(
         "embedded",
         description="'embedded': the small MDM this pipeline pretrains on the embedded world (fields text_encoder to "
-        "dropout); 'amused': aMUSEd through diffusers, loaded from model.pretrained (fields pretrained to lora_targets).",
+        "dropout); 'amused': aMUSEd through diffusers, loaded from model.pretrained (fields pretrained to "
+        "lora_targets); 'meissonic': Meissonic (the Co-GRPO paper's backbone; cogrpo's own transformer that reads "
+        "the published weights), loaded from model.pretrained (the same fields, with the same meaning).",
     )
     pretrained: str | None = Field(
         None,
-        description="aMUSEd: a local folder in the hub snapshot layout (model_index.json, transformer/, vqvae/, "
-        "text_encoder/, tokenizer/, scheduler/), or a hub id such as 'amused/amused-256' where the hub is reachable.",
+        description="aMUSEd, Meissonic: a local folder in the hub snapshot layout (model_index.json, transformer/, "
+        "vqvae/, text_encoder/, tokenizer/, scheduler/), or a hub id such as 'amused/amused-256' or "
+        "'MeissonFlow/Meissonic' where the hub is reachable.",
     )
     resolution: int | None = Field(
-        None, ge=8, description="aMUSEd: image side in pixels; None takes the model's own (256 for amused-256)."
+        None, ge=8, description="aMUSEd, Meissonic: image side in pixels; None takes the model's own (aMUSEd: 256 "
+        "for amused-256; Meissonic: 1024, its pipeline's default).",
+    )
+    negative_prompt: str = Field(
+        "", description="aMUSEd, Meissonic: the prompt of the unconditional branch of CFG (the negative prompt); "
+        "\"\" is both pipelines' default (the Meissonic authors' inference.py passes a long comma-separated one, "
+        "'worst quality, normal quality, low quality, low res, blurry, …').",
     )
     dtype: Literal["fp32", "bf16", "fp16"] = Field(
-        "fp32", description="aMUSEd: dtype of the transformer, text encoder and VQ-GAN; logits are taken in fp32."
+        "fp32", description="aMUSEd, Meissonic: dtype of the transformer, text encoder and VQ-GAN; logits are taken "
+        "in fp32."
     )
     device: str = Field(
         "auto", json_schema_extra=NOT_RESULT,
-        description="aMUSEd: 'auto' (CUDA when present, else the CPU), 'cpu', 'cuda' or 'cuda:<i>'.",
+        description="aMUSEd, Meissonic: 'auto' (CUDA when present, else the CPU), 'cpu', 'cuda' or 'cuda:<i>'.",
     )
     gradient_checkpointing: bool = Field(
         False, json_schema_extra=NOT_RESULT,
-        description="aMUSEd: recompute each transformer layer's activations during backward (less memory, more time).",
+        description="aMUSEd, Meissonic: recompute each transformer layer's activations during backward (less "
+        "memory, more time).",
     )
     lora_rank: int = Field(
-        16, ge=0, description="aMUSEd: rank of the LoRA adapters a model update trains; 0 trains the whole "
+        16, ge=0, description="aMUSEd, Meissonic: rank of the LoRA adapters a model update trains; 0 trains the whole "
         "transformer (full fine-tuning: the KL reference is then a second copy of it).",
     )
-    lora_alpha: float = Field(32.0, gt=0, description="aMUSEd: LoRA scale α (an adapter adds α/rank · B·A).")
+    lora_alpha: float = Field(32.0, gt=0, description="aMUSEd, Meissonic: LoRA scale α (an adapter adds α/rank · "
+                              "B·A).")
     lora_targets: list[str] = Field(
         default=["to_q", "to_k", "to_v"], min_length=1,
-        description="aMUSEd: transformer modules that get adapters (peft's target_modules; diffusers' "
-        "train_amused.py uses the attention projections to_q, to_k, to_v).",
+        description="aMUSEd, Meissonic: transformer modules that get adapters (peft's target_modules; diffusers' "
+        "train_amused.py uses the attention projections to_q, to_k, to_v; in Meissonic these are the image "
+        "stream's of the dual-stream blocks and the joint ones of the single-stream blocks, the text stream's are "
+        "add_q_proj, add_k_proj, add_v_proj).",
     )
     text_encoder: str = Field(
         "minilm",
@@ -142,10 +156,11 @@ class ModelConfig(_Section):
 
     @model_validator(mode="after")
     def _architecture_is_buildable(self) -> "ModelConfig":
-        """A snapshot for aMUSEd, fp32 for full fine-tuning, heads that divide the width."""
-        if self.backbone == "amused" and not self.pretrained:
-            raise ValueError("model.pretrained is required with model.backbone: amused (a snapshot folder or hub id)")
-        if self.backbone == "amused" and self.lora_rank == 0 and self.dtype != "fp32":
+        """A snapshot for aMUSEd and Meissonic, fp32 for full fine-tuning, heads that divide the width."""
+        if self.backbone != "embedded" and not self.pretrained:
+            raise ValueError(f"model.pretrained is required with model.backbone: {self.backbone} (a snapshot folder "
+                             "or hub id)")
+        if self.backbone != "embedded" and self.lora_rank == 0 and self.dtype != "fp32":
             raise ValueError(f"full fine-tuning (lora_rank 0) in {self.dtype} would round most updates away: use "
                              "dtype fp32, or LoRA (its adapters train in fp32 on a low-precision base)")
         if self.dim % self.heads:
@@ -173,17 +188,18 @@ class ScheduleConfig(_Section):
     steps: int = Field(8, ge=1, description="Decoding steps T.")
     ratio_curve: Literal["cosine", "linear", "convex", "amused"] = Field(
         "cosine", description="Fraction still masked after step t: cos(π/2·t/T), 1−t/T, (1−t/T)², or 'amused': "
-        "AmusedScheduler's cosine computed in its float32 arithmetic (at T = 12 it keeps one token fewer masked "
-        "after step 8 than the exact cosine).",
+        "AmusedScheduler's cosine computed in its float32 arithmetic, which Meissonic's scheduler shares (at T = 12 "
+        "it keeps one token fewer masked after step 8 than the exact cosine).",
     )
     temperature: float = Field(1.0, gt=0, description="Sampling temperature τ_s dividing the guided logits "
-                               "(AmusedPipeline does not scale its logits: 1 reproduces it).")
+                               "(neither AmusedPipeline nor Meissonic's pipeline scales its logits: 1 reproduces "
+                               "them).")
     remask_temperature: float = Field(
-        4.5, gt=0, description="Start of the re-mask temperature τ_r (AmusedPipeline's default: 2)."
+        4.5, gt=0, description="Start of the re-mask temperature τ_r (AmusedPipeline's and Meissonic's default: 2)."
     )
     remask_anneal: Literal["per_step", "to_zero"] = Field(
         "per_step", description="τ_r decays linearly from its start to τ_r/T at the last step ('per_step'), or to 0 "
-        "there ('to_zero': AmusedScheduler's linspace(τ_r, 0, T)).",
+        "there ('to_zero': AmusedScheduler's and Meissonic's linspace(τ_r, 0, T)).",
     )
     cfg: float = Field(3.0, gt=0, description="Classifier-free guidance scale w (constant over steps).")
 
@@ -498,7 +514,8 @@ class Params(_Section):
         published = [s for s in self.benchmark.suites if not s.startswith("embedded")]
         if published and self.model.backbone == "embedded":
             raise ValueError(f"benchmark.suites {published}: the published benchmarks' prompts need a backbone that "
-                             "reads any text (model.backbone: amused); the embedded model knows its world's words")
+                             "reads any text (model.backbone: amused or meissonic); the embedded model knows its "
+                             "world's words")
         counts = [self.schedule.steps, *self.train.extra_steps]
         per_process(self.train.prompts_per_iter, self.train.processes, "train.prompts_per_iter")
         if len(set(counts)) < len(counts) or min(counts) < 1:

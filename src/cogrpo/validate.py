@@ -34,10 +34,10 @@ def cross_check(params: Params, source: str = "params") -> Params:
     if params.train.anchor_coef and params.model.backbone != "embedded":
         raise ParamsError(f"{source}: key 'train.anchor_coef': the pretraining loss needs the embedded world's scenes "
                           f"(model.backbone '{params.model.backbone}' has no pretraining data here): set it to 0")
-    if params.model.backbone == "amused":  # missing weights: one line now, not a traceback minutes later
-        from cogrpo.backbones.amused import snapshot_folder
+    if params.model.backbone != "embedded":  # missing weights: one line now, not a traceback minutes later
+        from cogrpo.backbones.snapshot import snapshot_folder
 
-        snapshot_folder(params.model.pretrained)
+        snapshot_folder(params.model.pretrained, params.model.backbone)
     return params
 
 

@@ -1,261 +1,41 @@
 """aMUSEd (Patil et al., 2024) built from diffusers' own modules, behind the `Generator` interface.
 
-The decoding loop is cogrpo's (cogrpo.core.sampler); this class computes what diffusers' `AmusedPipeline` computes
-around its loop, the same way: the CLIP prompt encoding (penultimate hidden states and the pooled projection; the
-null condition is the empty prompt), micro-conditioning [width, height, crop 0, 0, aesthetic score 6], the CFG
-combination uncond + w (cond − uncond) on the transformer's logits, and VQ-GAN decoding of the final tokens.
+The decoding loop is cogrpo's (cogrpo.core.sampler); the conditioning, the CFG combination, decoding, LoRA and the
+files are `ClipVQGenerator`'s (cogrpo.backbones.clip_vq), as diffusers' `AmusedPipeline` computes them: its
+transformer is diffusers' UVit2DModel, which takes no timestep; prompts are padded to the tokenizer's
+model_max_length; the image side defaults to the transformer's sample_size times the VQ-GAN's downsampling.
 What differs by design lives in the schedule (cogrpo.core.schedule): the pipeline does not temperature-scale its
 logits (τ_s = 1 reproduces it) and anneals its re-mask temperature linearly to 0 (`remask_anneal: to_zero`).
-
-A model update trains LoRA adapters (peft) on the transformer, or the whole transformer (`lora_rank: 0`). With
-adapters the KL reference is the same modules with the adapters switched off, never a second copy.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
-from pathlib import Path
+from collections.abc import Iterable
 
-import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from cogrpo.config import ModelConfig
-from cogrpo.core.generator import Condition
-from cogrpo.errors import InputError
-
-PARTS = ("transformer", "vqvae", "text_encoder", "tokenizer", "scheduler")
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-AESTHETIC_SCORE = 6  # AmusedPipeline's default micro-conditioning
-ADAPTERS = "adapters.safetensors"
+from cogrpo.backbones.clip_vq import ClipVQGenerator
 
 
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def snapshot_folder(pretrained: str) -> Path:
-    """model.pretrained as a local snapshot folder: the folder itself, or the hub's cached or downloaded copy of
-    an id. Fails in seconds with one line when neither is there (no hub retry loop: offline is offline)."""
-    path = Path(pretrained).expanduser()
-    if not path.exists() and "/" in pretrained and not pretrained.startswith((".", "/", "~")):
-        from huggingface_hub import snapshot_download
-
-        try:
-            path = Path(snapshot_download(pretrained, allow_patterns=[f"{p}/*" for p in PARTS] + ["model_index.json"]))
-        except Exception as err:  # offline, unknown id, no access: all end here
-            raise InputError(f"model.pretrained = {pretrained!r}: not a local folder, and the hub copy is not "
-                             f"available ({type(err).__name__}); download it first, e.g. `hf download {pretrained} "
-                             f"--local-dir models/{pretrained.split('/')[-1]}`, and give that folder") from None
-    missing = [p for p in PARTS if not (path / p).is_dir()]
-    if not path.is_dir() or missing:
-        raise InputError(f"model.pretrained = {pretrained!r}: not an aMUSEd snapshot folder (missing "
-                         f"{', '.join(missing or PARTS)}/); give a folder laid out like the hub's amused/amused-256")
-    return path
-
-
-def has_trained_weights(folder: Path) -> bool:
-    """Whether folder holds what `save_trained` writes (adapters, or a whole transformer)."""
-    return (folder / ADAPTERS).is_file() or (folder / "config.json").is_file()
-
-
-class AmusedGenerator(nn.Module):
-    def __init__(self, folder: Path, cfg: ModelConfig):
-        from diffusers import AmusedScheduler, UVit2DModel, VQModel
-        from transformers import CLIPTextModelWithProjection, CLIPTokenizer
-
-        super().__init__()
-        self.folder, self.cfg = folder, cfg
-        self.device = pick_device(cfg.device)
-        dtype = DTYPES[cfg.dtype]
-        load = dict(torch_dtype=dtype)
-        self.transformer = UVit2DModel.from_pretrained(folder / "transformer", **load).to(self.device)
-        self.vqvae = VQModel.from_pretrained(folder / "vqvae", **load).to(self.device).requires_grad_(False)
-        if dtype == torch.float16 and self.vqvae.config.force_upcast:  # as AmusedPipeline: fp16 VQ-GAN decodes in fp32
-            self.vqvae.float()
-        self.text_encoder = CLIPTextModelWithProjection.from_pretrained(folder / "text_encoder", **load).to(self.device)
-        self.text_encoder.requires_grad_(False).eval()
-        self.prompt_feature_dim = self.text_encoder.config.projection_dim
-        self.tokenizer = CLIPTokenizer.from_pretrained(folder / "tokenizer")
-        self.mask_id = AmusedScheduler.from_pretrained(folder / "scheduler").config.mask_token_id
-        scale = 2 ** (len(self.vqvae.config.block_out_channels) - 1)
-        self.resolution = cfg.resolution or self.transformer.config.sample_size * scale
-        if self.resolution % scale:
-            raise InputError(f"model.resolution = {self.resolution}: must be a multiple of the VQ-GAN's {scale}")
-        self.side = self.resolution // scale
-        self.n_tokens, self.codebook_size = self.side**2, self.transformer.config.codebook_size
-        self.lora = cfg.lora_rank > 0
-        if self.lora:
-            from peft import LoraConfig
-
-            self.transformer.add_adapter(LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
-                                                    target_modules=list(cfg.lora_targets), init_lora_weights=True))
-            for name, p in self.transformer.named_parameters():
-                if "lora_" in name:
-                    p.data = p.data.float()  # adapters train in fp32 whatever the base dtype
-        if cfg.gradient_checkpointing:
-            _checkpoint_layers(self.transformer)
-        self.transformer.eval()
-        self._null: Condition | None = None
-
-    # ---- conditioning and logits, as AmusedPipeline computes them -------------------------------------------
-    @torch.no_grad()
-    def encode(self, prompts: list[str]) -> Condition:
-        ids = self.tokenizer(prompts, return_tensors="pt", padding="max_length", truncation=True,
-                             max_length=self.tokenizer.model_max_length).input_ids.to(self.device)
-        out = self.text_encoder(ids, return_dict=True, output_hidden_states=True)
-        return Condition({"pooled": out.text_embeds, "hidden": out.hidden_states[-2]})
-
-    def prompt_features(self, cond: Condition) -> torch.Tensor:
-        """CLIP's projected pooled text embedding (aMUSEd's micro-conditioning input too)."""
-        return cond.tensors["pooled"].float().cpu()
-
-    def null_condition(self) -> Condition:
-        if self._null is None:
-            self._null = self.encode([""])
-        return self._null
-
-    def guided_logits(self, tokens: torch.Tensor, cond: Condition, cfg_scale: torch.Tensor) -> torch.Tensor:
-        return self._guided(self.transformer, tokens, cond, cfg_scale)
-
-    def _guided(self, transformer: nn.Module, tokens: torch.Tensor, cond: Condition,
-                cfg_scale: torch.Tensor) -> torch.Tensor:
-        B, null = len(tokens), self.null_condition().tensors
-        both = lambda k: torch.cat([null[k].expand(B, *null[k].shape[1:]), cond.tensors[k]])  # noqa: E731
-        hidden = both("hidden")
-        micro = torch.tensor([self.resolution, self.resolution, 0, 0, AESTHETIC_SCORE], device=self.device,
-                             dtype=hidden.dtype).expand(2 * B, -1)
-        x = tokens.to(self.device).view(B, self.side, self.side).repeat(2, 1, 1)
-        logits = transformer(x, micro_conds=micro, pooled_text_emb=both("pooled"), encoder_hidden_states=hidden)
-        logits = logits.float().reshape(2 * B, self.codebook_size, self.n_tokens).transpose(1, 2)
-        uncond, cond_logits = logits.chunk(2)
-        return uncond + cfg_scale.to(self.device)[:, None, None] * (cond_logits - uncond)
-
-    def train(self, mode: bool = True) -> "AmusedGenerator":
-        """Only the transformer changes mode: the text encoder and the VQ-GAN stay frozen in eval."""
-        self.training = mode
-        self.transformer.train(mode)
-        return self
-
-    @torch.no_grad()
-    def decode(self, tokens: torch.Tensor, batch: int = 16) -> np.ndarray:
-        parts = []
-        for chunk in tokens.to(self.device).split(batch):
-            shape = (len(chunk), self.side, self.side, self.vqvae.config.latent_channels)
-            img = self.vqvae.decode(chunk, force_not_quantize=True, shape=shape).sample.clip(0, 1)
-            parts.append((img.permute(0, 2, 3, 1).float().cpu().numpy() * 255).round().astype(np.uint8))
-        return np.concatenate(parts)
-
-    # ---- what trains, the reference, and the files ------------------------------------------------------
-    def trainable_parameters(self) -> list[nn.Parameter]:
-        if self.lora:
-            return [p for n, p in self.transformer.named_parameters() if "lora_" in n]
-        return list(self.transformer.parameters())
-
-    def reference(self) -> "_Reference":
-        if self.lora:
-            return _Reference(self, None)
+class AmusedGenerator(ClipVQGenerator):
+    @staticmethod
+    def transformer_class() -> type:
         from diffusers import UVit2DModel
 
-        frozen = UVit2DModel.from_pretrained(self.folder / "transformer", torch_dtype=DTYPES[self.cfg.dtype])
-        return _Reference(self, frozen.to(self.device).requires_grad_(False).eval())
+        return UVit2DModel
 
-    def save_trained(self, folder: Path) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        if self.lora:
-            from peft.utils import get_peft_model_state_dict
+    @property
+    def text_max_length(self) -> int:
+        return self.tokenizer.model_max_length
 
-            state = get_peft_model_state_dict(self.transformer)
-            save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, str(folder / ADAPTERS))
-            (folder / "adapter.json").write_text(json.dumps(self.cfg.model_dump(
-                include={"pretrained", "lora_rank", "lora_alpha", "lora_targets"}), indent=1))
-        else:
-            self.transformer.save_pretrained(folder)
+    def default_resolution(self, scale: int) -> int:
+        return self.transformer.config.sample_size * scale
 
-    def load_trained(self, folder: Path) -> None:
-        if self.lora:
-            from peft.utils import set_peft_model_state_dict
+    @staticmethod
+    def layers(transformer: nn.Module) -> Iterable[nn.Module]:
+        return transformer.transformer_layers
 
-            saved = json.loads((folder / "adapter.json").read_text())
-            mine = self.cfg.model_dump(include={"lora_rank", "lora_alpha", "lora_targets"})
-            if {k: saved.get(k) for k in mine} != mine:
-                raise InputError(f"{folder / 'adapter.json'}: adapters made with {saved}, params ask for {mine}")
-            state = load_file(str(folder / ADAPTERS), device=str(self.device))
-            result = set_peft_model_state_dict(self.transformer, state)
-            missing = [k for k in result.missing_keys if "lora_" in k]
-            if result.unexpected_keys or missing:
-                raise InputError(f"{folder / ADAPTERS}: adapters do not fit this model "
-                                 f"({(result.unexpected_keys or missing)[0]})")
-        else:
-            from diffusers import UVit2DModel
-
-            state = UVit2DModel.from_pretrained(folder, torch_dtype=DTYPES[self.cfg.dtype]).state_dict()
-            self.transformer.load_state_dict(state)
-
-    def export(self, folder: Path) -> None:
-        """A diffusers folder `AmusedPipeline.from_pretrained` loads: the snapshot's parts, the transformer with the
-        trained adapters merged into its weights."""
-        folder.mkdir(parents=True, exist_ok=True)
-        for part in PARTS:
-            if part != "transformer":
-                shutil.copytree(self.folder / part, folder / part, dirs_exist_ok=True)
-        if (self.folder / "model_index.json").is_file():
-            shutil.copy(self.folder / "model_index.json", folder / "model_index.json")
-        from diffusers import UVit2DModel
-
-        # merged in fp32: a bf16 base would round most of a small trained delta away
-        merged = UVit2DModel.from_pretrained(self.folder / "transformer", torch_dtype=torch.float32)
-        if self.lora:
-            from peft import LoraConfig
-            from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
-
-            merged.add_adapter(LoraConfig(r=self.cfg.lora_rank, lora_alpha=self.cfg.lora_alpha,
-                                          target_modules=list(self.cfg.lora_targets)))
-            adapters = get_peft_model_state_dict(self.transformer)
-            set_peft_model_state_dict(merged, {k: v.detach().float().cpu() for k, v in adapters.items()})
-            merged.fuse_lora()
-            merged.unload_lora()
-        else:
-            merged.load_state_dict({k: v.float().cpu() for k, v in self.transformer.state_dict().items()})
-        merged.save_pretrained(folder / "transformer")
-
-
-def _checkpoint_layers(transformer: nn.Module) -> None:
-    """Recompute each transformer layer in backward. UVit2DModel's own switch cannot be used: its wrapper passes
-    the layers' keyword arguments to a function that takes none (diffusers 0.42), so it fails in the first update.
-    The layers' forward is wrapped in place, so parameter names (and LoRA adapter keys) stay as they are."""
-    from torch.utils.checkpoint import checkpoint
-
-    for layer in transformer.transformer_layers:
-        def forward(*args, _plain=layer.forward, **kwargs):
-            if torch.is_grad_enabled():
-                return checkpoint(_plain, *args, use_reentrant=False, **kwargs)
-            return _plain(*args, **kwargs)
-
-        layer.forward = forward
-
-
-class _Reference:
-    """The KL reference: the generator's own modules with the adapters switched off (LoRA), or the snapshot's
-    transformer loaded again and frozen (full fine-tuning)."""
-
-    def __init__(self, gen: AmusedGenerator, transformer: nn.Module | None):
-        self.gen, self.transformer = gen, transformer
-        self.n_tokens, self.codebook_size, self.mask_id, self.device = (gen.n_tokens, gen.codebook_size,
-                                                                         gen.mask_id, gen.device)
-
-    def guided_logits(self, tokens: torch.Tensor, cond: Condition, cfg_scale: torch.Tensor) -> torch.Tensor:
-        if self.transformer is not None:
-            return self.gen._guided(self.transformer, tokens, cond, cfg_scale)
-        trained = {p: p.requires_grad for p in self.gen.trainable_parameters()}
-        self.gen.transformer.disable_adapters()
-        try:
-            return self.gen._guided(self.gen.transformer, tokens, cond, cfg_scale)
-        finally:
-            self.gen.transformer.enable_adapters()  # peft marks the adapters trainable again: restore what they were
-            for p, flag in trained.items():
-                p.requires_grad_(flag)
+    def forward_logits(self, transformer: nn.Module, x: torch.Tensor, hidden: torch.Tensor, pooled: torch.Tensor,
+                       micro: torch.Tensor, timestep: torch.Tensor | None) -> torch.Tensor:
+        return transformer(x, micro_conds=micro, pooled_text_emb=pooled, encoder_hidden_states=hidden)

@@ -39,7 +39,9 @@ class EmbeddedGenerator(nn.Module):
         text, mask = cond.tensors["text"], cond.tensors["text_mask"].unsqueeze(-1).float()
         return (text * mask).sum(1) / mask.sum(1).clamp(min=1)
 
-    def guided_logits(self, tokens: torch.Tensor, cond: Condition, cfg_scale: torch.Tensor) -> torch.Tensor:
+    def guided_logits(self, tokens: torch.Tensor, cond: Condition, cfg_scale: torch.Tensor,
+                      timestep: torch.Tensor | None = None) -> torch.Tensor:
+        """The MDM takes no timestep: `timestep` is ignored."""
         return self.model.guided_logits(tokens, cond.tensors["text"], cond.tensors["text_mask"], cfg_scale)
 
     def decode(self, tokens: torch.Tensor) -> np.ndarray:

@@ -47,20 +47,44 @@ def write_clip_tokenizer(folder: Path, max_length: int) -> None:
         "do_lower_case": True}))
 
 
-def _tiny_parts(vocab: int, max_length: int) -> tuple[dict, dict, dict]:
-    text = dict(vocab_size=vocab, hidden_size=WIDTH, intermediate_size=2 * WIDTH, num_hidden_layers=2,
-                num_attention_heads=2, projection_dim=WIDTH, max_position_embeddings=max_length)
+# the tiny VQ-GAN and CLIP text tower, shared with tiny_meissonic (the text tower's vocabulary and positions come
+# from its tokenizer and prompt length)
+TINY_VQVAE = dict(act_fn="silu", block_out_channels=[16] * SCALE, down_block_types=["DownEncoderBlock2D"] * SCALE,
+                  up_block_types=["UpDecoderBlock2D"] * SCALE, in_channels=3, out_channels=3, latent_channels=8,
+                  layers_per_block=1, norm_num_groups=8, num_vq_embeddings=CODEBOOK, sample_size=SIDE * SCALE,
+                  mid_block_add_attention=False, lookup_from_codebook=True, force_upcast=False)
+TINY_TEXT = dict(hidden_size=WIDTH, intermediate_size=2 * WIDTH, num_hidden_layers=2, num_attention_heads=2,
+                 projection_dim=WIDTH)
+
+
+def clip_text_encoder(tokenizer, **config):
+    """A random CLIPTextModelWithProjection with the tokenizer's special ids and, unless config names one, its
+    vocabulary size."""
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection
+
+    return CLIPTextModelWithProjection(CLIPTextConfig(
+        **{"vocab_size": len(tokenizer), **config}, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id))
+
+
+def spread_codes(vqvae) -> None:
+    """Codes spread like a trained codebook's, and a decoder whose colours span the RGB cube: different tokens
+    decode to visibly different images (a random init decodes everything grey-green)."""
+    with torch.no_grad():
+        vqvae.quantize.embedding.weight.normal_(0, 1)
+        vqvae.decoder.conv_out.weight.mul_(4)
+        vqvae.decoder.conv_out.bias.zero_()
+
+
+def _tiny_parts(max_length: int) -> tuple[dict, dict, dict]:
+    text = dict(TINY_TEXT, max_position_embeddings=max_length)
     transformer = dict(hidden_size=WIDTH, use_bias=False, hidden_dropout=0.0, cond_embed_dim=WIDTH,
                        micro_cond_encode_dim=2, micro_cond_embed_dim=10, encoder_hidden_size=WIDTH,
                        vocab_size=CODEBOOK + 1, codebook_size=CODEBOOK, in_channels=WIDTH, block_out_channels=WIDTH,
                        num_res_blocks=1, downsample=False, upsample=False, block_num_heads=2, num_hidden_layers=2,
                        num_attention_heads=2, attention_dropout=0.0, intermediate_size=2 * WIDTH,
                        layer_norm_eps=1e-6, ln_elementwise_affine=True, sample_size=SIDE)
-    vqvae = dict(act_fn="silu", block_out_channels=[16] * SCALE, down_block_types=["DownEncoderBlock2D"] * SCALE,
-                 up_block_types=["UpDecoderBlock2D"] * SCALE, in_channels=3, out_channels=3, latent_channels=8,
-                 layers_per_block=1, norm_num_groups=8, num_vq_embeddings=CODEBOOK, sample_size=SIDE * SCALE,
-                 mid_block_add_attention=False, lookup_from_codebook=True, force_upcast=False)
-    return text, transformer, vqvae
+    return text, transformer, TINY_VQVAE
 
 
 def _published_parts(size: int) -> tuple[dict, dict, dict]:
@@ -78,25 +102,20 @@ def _published_parts(size: int) -> tuple[dict, dict, dict]:
 def make_tiny_amused(folder: str | Path, seed: int = 0, size: str = "tiny") -> Path:
     """A random-weight aMUSEd snapshot in folder: size 'tiny', '256' or '512'."""
     from diffusers import AmusedScheduler, UVit2DModel, VQModel
-    from transformers import CLIPTextConfig, CLIPTextModelWithProjection, CLIPTokenizer
+    from transformers import CLIPTokenizer
 
     folder = Path(folder)
     write_clip_tokenizer(folder / "tokenizer", max_length=16 if size == "tiny" else 77)
     tokenizer = CLIPTokenizer.from_pretrained(folder / "tokenizer")
-    text_cfg, transformer_cfg, vqvae_cfg = (_tiny_parts(len(tokenizer), tokenizer.model_max_length) if size == "tiny"
+    text_cfg, transformer_cfg, vqvae_cfg = (_tiny_parts(tokenizer.model_max_length) if size == "tiny"
                                             else _published_parts(int(size)))
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        text = CLIPTextModelWithProjection(CLIPTextConfig(**text_cfg, bos_token_id=tokenizer.bos_token_id,
-                                                          eos_token_id=tokenizer.eos_token_id,
-                                                          pad_token_id=tokenizer.pad_token_id))
+        text = clip_text_encoder(tokenizer, **text_cfg)
         transformer = UVit2DModel(**transformer_cfg)
         vqvae = VQModel(**vqvae_cfg)
-        if size == "tiny":  # codes spread like a trained codebook's, and a decoder whose colours span the RGB cube:
-            with torch.no_grad():  # different tokens decode to visibly different images (random init: all grey-green)
-                vqvae.quantize.embedding.weight.normal_(0, 1)
-                vqvae.decoder.conv_out.weight.mul_(4)
-                vqvae.decoder.conv_out.bias.zero_()
+        if size == "tiny":
+            spread_codes(vqvae)
     text.save_pretrained(folder / "text_encoder")
     transformer.save_pretrained(folder / "transformer")
     vqvae.save_pretrained(folder / "vqvae")

@@ -2,7 +2,8 @@
 
 The sampler, the trainer and the benchmarks see a backbone only through `Generator`: prompts become a
 `Condition`, a token state and a per-trajectory CFG scale become guided logits, tokens become images. The
-embedded MDM (cogrpo.backbones.embedded) and aMUSEd (cogrpo.backbones.amused) implement it.
+embedded MDM (cogrpo.backbones.embedded), aMUSEd (cogrpo.backbones.amused) and Meissonic
+(cogrpo.backbones.meissonic) implement it.
 """
 
 from __future__ import annotations
@@ -52,8 +53,13 @@ class Generator(Protocol):
     def prompt_features(self, cond: Condition) -> torch.Tensor:
         """One pooled text feature vector per row (B, F), what a prompt-conditioned schedule policy reads."""
 
-    def guided_logits(self, tokens: torch.Tensor, cond: Condition, cfg_scale: torch.Tensor) -> torch.Tensor:
-        """l_u + w (l_c − l_u) at token states (B, N) for conditions of B rows and scales w (B,): (B, N, V)."""
+    def guided_logits(self, tokens: torch.Tensor, cond: Condition, cfg_scale: torch.Tensor,
+                      timestep: torch.Tensor | None = None) -> torch.Tensor:
+        """l_u + w (l_c − l_u) at token states (B, N) for conditions of B rows and scales w (B,): (B, N, V).
+
+        timestep (B,) long, from the sampler: each row's decoding step t of T as a MaskGIT scheduler counts it
+        down, T − 1 − t (T − 1 at the first step, 0 at the last; `sampler.countdown`). Meissonic's transformer
+        reads it, as its pipeline passes the scheduler's timestep; the embedded MDM and aMUSEd ignore it."""
 
     def decode(self, tokens: torch.Tensor) -> np.ndarray:
         """Final tokens (B, N) → uint8 RGB images (B, H, W, 3)."""

@@ -65,9 +65,16 @@ def _gumbel(u: torch.Tensor) -> torch.Tensor:
     return -torch.log(-torch.log(u.clamp(1e-20, 1 - 1e-7)))
 
 
-def step_logprobs(gen: Generator, x: torch.Tensor, cond: Condition, knobs_t: torch.Tensor) -> torch.Tensor:
-    """log softmax(guided logits / τ_s) at one step: (n, N, V), in float32 whatever the generator's dtype."""
-    logits = gen.guided_logits(x, cond, knobs_t[:, CFG]).float()
+def countdown(step: torch.Tensor | int, steps: int) -> torch.Tensor:
+    """The timestep a generator gets at 0-based step t of T (`Generator.guided_logits`): T − 1 − t."""
+    return (steps - 1 - torch.as_tensor(step)).long()
+
+
+def step_logprobs(gen: Generator, x: torch.Tensor, cond: Condition, knobs_t: torch.Tensor,
+                  timestep: torch.Tensor | None = None) -> torch.Tensor:
+    """log softmax(guided logits / τ_s) at one step: (n, N, V), in float32 whatever the generator's dtype.
+    timestep (n,): each row's `countdown` (None for a generator that does not read it)."""
+    logits = gen.guided_logits(x, cond, knobs_t[:, CFG], timestep=timestep).float()
     return torch.log_softmax(logits / knobs_t[:, TEMPERATURE, None, None], -1)
 
 
@@ -96,7 +103,7 @@ def sample(gen: Generator, cond: Condition, knobs: torch.Tensor, seeds: torch.Te
             knobs[:, t] = choose(t, state_features(t, T, x == mask_id, lp, masked).cpu()).to(device)
         count = next_masked_count(knobs[:, t, RATIO], count, t, T, N)
         noise = torch.stack([torch.rand(N, V + 1, generator=g, device=device) for g in rngs])
-        lp = step_logprobs(gen, x, cond, knobs[:, t])
+        lp = step_logprobs(gen, x, cond, knobs[:, t], countdown(t, T).expand(n))
         y = (lp + _gumbel(noise[..., :V])).argmax(-1)
         lp_y = lp.gather(-1, y[..., None])[..., 0]
         masked = x == mask_id
@@ -125,7 +132,8 @@ def trajectory_token_logprobs(gen: Generator, traj: Trajectory, cond: Condition,
     before = commit_step[:, None, :] < steps[None, :, None]  # (n, S, N) committed before step
     x = torch.where(before, tokens[:, None], gen.mask_id).flatten(0, 1)
     knobs = traj.knobs.to(device)[:, steps].flatten(0, 1)
-    lp = step_logprobs(gen, x, cond.repeat_interleave(S), knobs).view(n, S, -1, gen.codebook_size)
+    timestep = countdown(steps, T).repeat(n)  # rows in the (n, S) order of x
+    lp = step_logprobs(gen, x, cond.repeat_interleave(S), knobs, timestep).view(n, S, -1, gen.codebook_size)
     lp_tok = lp.gather(-1, tokens[:, None, :, None].expand(n, S, -1, 1))[..., 0]
     return lp_tok, commit_step[:, None, :] == steps[None, :, None]
 
