@@ -5,7 +5,7 @@ The same library path as a real run (AmusedGenerator → sampler → CoGRPO upda
 Reports the reward of the first and last fifth of the iterations, and the deterministic-schedule reward of the
 model before and after on fixed seeds. Writes reports/amused_learning.json.
 
-    python bench/amused_learning.py                       # all three modes, ~3 minutes on 2 cores
+    python bench/amused_learning.py                       # every mode (co, model, schedule, alternate)
     python bench/amused_learning.py --modes co --iterations 20
 """
 
