@@ -15,6 +15,7 @@ import torch
 from cogrpo.backbones.amused import AmusedGenerator
 from cogrpo.backbones.snapshot import snapshot_folder
 from cogrpo.backbones.tiny_amused import make_tiny_amused
+from tests.tiny import count_calls
 from cogrpo.config import ModelConfig, ScheduleConfig, TrainConfig
 from cogrpo.core import sampler as sampler_module
 from cogrpo.core.batch import GroupedBatch
@@ -270,10 +271,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny, lora_rank):
         cond = gen.encode(PROMPTS)
         traj = sample(gen, cond, base_knobs(AMUSED_DEFAULTS.model_copy(update={"steps": 4})), torch.arange(3))
         gen.train()
-        layers = gen.transformer.transformer_layers
-        counts = [0] * len(layers)  # calls of each layer's self-attention: a recomputed layer runs it again
-        for i, layer in enumerate(layers):
-            layer.attn1.register_forward_hook(lambda *_, i=i: counts.__setitem__(i, counts[i] + 1))
+        counts = count_calls([layer.attn1 for layer in gen.transformer.transformer_layers])
         logp = trajectory_logprobs(gen, traj, cond).sum()
         forward = list(counts)
         logp.backward()

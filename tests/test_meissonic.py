@@ -27,6 +27,7 @@ from cogrpo.core.sampler import countdown, sample, trajectory_logprobs
 from cogrpo.core.schedule import apply_actions, base_knobs, masked_counts
 from cogrpo.core.trainer import CoGRPO
 from cogrpo.errors import InputError
+from tests.tiny import count_calls
 
 PROMPTS = ["a red cube", "two blue dogs", "the green sky"]
 MEISSONIC_DEFAULTS = ScheduleConfig(steps=48, ratio_curve="amused", temperature=1.0, remask_temperature=2.0,
@@ -287,14 +288,6 @@ def test_full_fine_tuning_trains_the_transformer_against_a_frozen_copy(tiny, tmp
         assert torch.equal(_logits(again, tokens, cond), _logits(gen, tokens, cond))
 
 
-def count_attention_calls(blocks) -> list[int]:
-    """Calls of each block's attention, counted from now on: a checkpointed block runs it again in backward."""
-    counts = [0] * len(blocks)
-    for i, block in enumerate(blocks):
-        block.attn.register_forward_hook(lambda *_, i=i: counts.__setitem__(i, counts[i] + 1))
-    return counts
-
-
 @pytest.mark.parametrize("lora_rank", [4, 0])
 def test_gradient_checkpointing_gives_the_same_gradients(tiny, lora_rank):
     """Every dual- and single-stream block is recomputed in backward, and the gradients are those without."""
@@ -306,8 +299,8 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny, lora_rank):
         cond = gen.encode(PROMPTS)
         traj = sample(gen, cond, base_knobs(SHORT), torch.arange(3))
         gen.train()
-        counts = count_attention_calls([*gen.transformer.transformer_blocks,
-                                        *gen.transformer.single_transformer_blocks])
+        counts = count_calls([b.attn for b in (*gen.transformer.transformer_blocks,
+                                                *gen.transformer.single_transformer_blocks)])
         logp = trajectory_logprobs(gen, traj, cond).sum()
         forward = list(counts)
         logp.backward()

@@ -21,3 +21,11 @@ def run_stage(name: str) -> dict:
     from pipelines.stage import main
 
     return main([name])
+
+
+def count_calls(modules) -> list[int]:
+    """Forward calls of each module, counted from now on (a gradient-checkpointed layer runs again in backward)."""
+    counts = [0] * len(modules)
+    for i, module in enumerate(modules):
+        module.register_forward_hook(lambda *_, i=i: counts.__setitem__(i, counts[i] + 1))
+    return counts
