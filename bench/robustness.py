@@ -62,9 +62,10 @@ def run_case(case: str, common: dict) -> dict:
     if not isinstance(result, dict):
         raise SystemExit(f"the pipeline failed for {case}: {result}")
     train_entry = Path(result["stages"]["train"]["out"]).parent  # the store entry: out/ and result.json
-    history = json.loads((train_entry / "result.json").read_text())["history"]
-    return {"case": case, "mlflow_run_id": result["mlflow_run_id"]} | judge(
-        history, result["baseline"]["heldout"], result["eval"]["heldout"])
+    trained = json.loads((train_entry / "result.json").read_text())
+    exported = trained.get("selected_iteration", len(trained["history"]))  # train.validation's choice, or the last
+    return {"case": case, "mlflow_run_id": result["mlflow_run_id"], "exported": exported} | judge(
+        trained["history"], result["baseline"]["heldout"], result["eval"]["heldout"])
 
 
 def markdown(report: dict) -> str:
@@ -73,11 +74,11 @@ def markdown(report: dict) -> str:
              f"`python bench/robustness.py --set '{json.dumps(report['set'])}'`; params.yaml otherwise. Held-out "
              "GenEval-style overall at the trained step count; reward: mean training reward of the first and last "
              f"{WINDOW} iterations.", "",
-             "| case | base | trained | gain | reward first → last | DPG Δ | worst tag Δ | finite | pass |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| case | exported iteration | base | trained | gain | reward first → last | DPG Δ | worst tag Δ | finite "
+             "| pass |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         failed = [k for k, ok in r["pass"].items() if not ok]
-        lines.append(f"| {r['case']} | {r['base']:.3f} | {r['trained']:.3f} | {r['gain']:+.3f} | "
+        lines.append(f"| {r['case']} | {r.get('exported', '')} | {r['base']:.3f} | {r['trained']:.3f} | {r['gain']:+.3f} | "
                      f"{r['reward_first']:.3f} → {r['reward_last']:.3f} | {r['dpg_delta']:+.3f} | "
                      f"{r['worst_tag']} {r['worst_tag_delta']:+.3f} | {'yes' if r['finite'] else 'NO'} | "
                      f"{'yes' if not failed else 'no: ' + ', '.join(failed)} |")

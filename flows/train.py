@@ -81,6 +81,10 @@ def loop(params: Params, inputs: dict[str, Path], out: Path, state_dir: Path, ru
         tracking.claim_training(run_id, state_dir, session.resumed_at)
         tracking.set_tags(run_id, {f"reward_model.{name}.{k}": str(v) for name, info in served.get(
             "rewards", {}).items() for k, v in info.items()})
+    validate = session.validating and ranks.rank == 0  # rank 0 alone chooses (it alone writes and exports)
+    if validate and session.iteration == 0:  # the base, the reference of every later validation
+        _validated(session, run_id)
+        step(save_checkpoint, "checkpoint-0")(session)
     for it in range(session.iteration + 1, cfg.iterations + 1):
         batch = session.draw_batch()
         rollout = step(grouped_rollout, f"rollout-{it}")(session, batch)
@@ -93,7 +97,23 @@ def loop(params: Params, inputs: dict[str, Path], out: Path, state_dir: Path, ru
             report(f"co-grpo [{cfg.mode}] iterations", it, cfg.iterations, reward_mean=metrics["reward_mean"])
         if run_id and it % cfg.sample_every == 0:
             tracking.log_image(run_id, Image.fromarray(session.sample_grid()), f"samples/iter_{it:04d}.png")
-        if it % cfg.checkpoint_every == 0 or it == cfg.iterations:
+        validation_due = session.validating and it % cfg.validation.every == 0
+        if validate and validation_due:
+            _validated(session, run_id)
+        if it % cfg.checkpoint_every == 0 or it == cfg.iterations or validation_due:
             step(save_checkpoint, f"checkpoint-{it}")(session)
-    return session.export(out) if ranks.rank == 0 else {}
+    if ranks.rank != 0:
+        return {}
+    result = session.export(out)
+    if session.validating:
+        run_logger().info(f"exported iteration {result['selected_iteration']} of {cfg.iterations}, chosen by "
+                          "validation (train.validation)")
+    return result
+
+
+def _validated(session: TrainingSession, run_id: str | None) -> None:
+    """Validate the session's current model; log the scores as val/<key> at its iteration."""
+    scores = session.validate()
+    if run_id:
+        tracking.log_metrics(run_id, {f"val/{k}": v for k, v in scores.items()}, step=session.iteration)
 

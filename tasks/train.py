@@ -4,8 +4,8 @@
 generator (its text encoder encodes the prompts, its decoder turns tokens into images), the reward function and
 the training prompts. It lives in the process that runs the loop (flows/train.py); nothing is written and read
 back between the steps of an iteration. The session's state folder holds:
-    <state_dir>/checkpoints/<iteration>/   trained weights, schedule policy, optimizers, history (manifest last);
-                                           the KL reference is the input model, rebuilt at resume
+    <state_dir>/checkpoints/<iteration>/   trained weights, schedule policy, optimizers, history and validations
+                                           (manifest last); the KL reference is the input model, rebuilt at resume
     <state_dir>/history.jsonl              an append-only log of every iteration's metrics, for the eye (tail it);
                                            never read back: a resumed run takes its history from the checkpoint
 """
@@ -27,8 +27,10 @@ from cogrpo.config import Params
 from cogrpo.core import checkpoints
 from cogrpo.core.batch import GroupedBatch
 from cogrpo.core.distributed import SINGLE, Ranks
-from cogrpo.core.policy import save_conditioned_policy
+from cogrpo.core.policy import decoding_schedule, save_conditioned_policy
+from cogrpo.core.sampler import Trajectory
 from cogrpo.core.schedule import base_knobs, save_schedule
+from cogrpo.core.selection import regressions, select_checkpoint, validation_rows
 from cogrpo.core.trainer import CoGRPO, Rollout, draw_prompts, iteration_generator
 from cogrpo.errors import InputError
 from cogrpo.images import image_grid
@@ -36,6 +38,7 @@ from cogrpo.io import read_specs
 from cogrpo.model_folder import ModelFolder
 from cogrpo.rewards import Term, combine, train_terms
 from cogrpo.shares import per_process
+from cogrpo.world.checker import Checker
 from cogrpo.world.scenes import World
 from tasks.pretrain import pretraining_data
 
@@ -75,11 +78,15 @@ class TrainingSession:
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         self.history: list[dict] = []
+        self.validations: dict[int, dict[str, float]] = {}  # iteration → validation summary (train.validation)
+        self.checker = Checker(World(params.world))
         ckpt = checkpoints.latest_good(state_dir / "checkpoints", cfg.iterations, warn)
         if ckpt is not None:
             self.trainer.load(ckpt)
             checkpoints.require_finite(self.trained_weights(), str(ckpt / "model"))
             self.history = [json.loads(line) for line in (ckpt / "history.jsonl").read_text().splitlines()]
+            if (ckpt / "validations.json").exists():
+                self.validations = {int(i): v for i, v in json.loads((ckpt / "validations.json").read_text()).items()}
         self.resumed_at = self.iteration
         if ranks.rank == 0:
             (state_dir / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in self.history))
@@ -124,6 +131,37 @@ class TrainingSession:
                 fh.write(json.dumps(record) + "\n")
         return metrics
 
+    @property
+    def validating(self) -> bool:
+        return self.cfg.validation.every > 0
+
+    def validate(self) -> dict[str, float]:
+        """Score the current model under its learned schedule (π_φ's mean) on the validation prompts and record it
+        for this iteration: {"overall", <tag>…, "dpg"}, the checker's GenEval-style summary."""
+        from cogrpo.benchmarks.geneval import sample_batch, score, summarize
+
+        v, gen, policy = self.cfg.validation, self.generator, self.trainer.policy
+        specs = [self.specs[r] for r in validation_rows([s["tag"] for s in self.specs], v.prompts_per_tag, v.seed)]
+        parts = []
+        with torch.no_grad():
+            for start in range(0, len(specs), 64):
+                chunk = [s["prompt"] for s in specs[start:start + 64]]
+                knobs, choose = (policy.deterministic_knobs(), None) if not policy.conditioned else decoding_schedule(
+                    policy, gen.prompt_features(gen.encode(chunk)).repeat_interleave(v.samples, 0), policy.base)
+                parts.append(sample_batch(gen, chunk, start, knobs, v.samples, v.seed, choose))
+        traj = Trajectory.cat(parts)
+        summary = summarize(score(self.checker, gen.decode(traj.tokens), specs, traj.prompt_index))
+        result = summary["geneval"] | {"dpg": summary["dpg"]["score"]}
+        self.validations[self.iteration] = result
+        return result
+
+    def selected_iteration(self) -> int:
+        """The checkpoint to export (cogrpo.core.selection); the last iteration when validation is off."""
+        if not self.validating:
+            return self.iteration
+        return select_checkpoint({i: v for i, v in self.validations.items() if i <= self.iteration},
+                                 self.cfg.validation.tolerance)
+
     def sample_grid(self, n_prompts: int = 8, samples: int = 4):
         """Samples of the first training prompts under the current deterministic schedule, as one image."""
         from cogrpo.benchmarks.geneval import generate
@@ -142,13 +180,19 @@ class TrainingSession:
         def fill(folder: Path) -> None:
             self.trainer.save(folder)
             (folder / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in self.history))
+            (folder / "validations.json").write_text(json.dumps(self.validations))
 
-        return checkpoints.save(self.state_dir / "checkpoints", self.iteration, fill)
+        protect = [self.selected_iteration()] if self.validating else []
+        return checkpoints.save(self.state_dir / "checkpoints", self.iteration, fill, protect=protect)
 
     def export(self, out: Path) -> dict:
         """The trained model folder (cogrpo.model_folder) → out: the generator's trained weights, its learned
         schedule (plain per-step JSON, one file per trained step count), a prompt- or state-conditioned policy whole,
-        the training's record; returns the run's summary and history."""
+        the training's record; returns the run's summary and history. With train.validation, the exported model is
+        the checkpoint validation chose (loaded here, the run's history kept)."""
+        selected = self.selected_iteration()
+        if selected != self.iteration:
+            self.trainer.load(self.state_dir / "checkpoints" / f"{selected:06d}")
         checkpoints.require_finite(self.trained_weights(), "the trained model")
         self.generator.save_trained(out)
         folder = ModelFolder(out)
@@ -159,8 +203,14 @@ class TrainingSession:
             save_conditioned_policy(policy, folder.state_policy if policy.stateful else folder.prompt_policy)
         last = self.history[-max(1, len(self.history) // 10):]
         reward = sum(h["reward_mean"] for h in last) / len(last) if last else float("nan")
-        folder.write_record({"mode": self.cfg.mode, "iterations": self.iteration, "reward_last_10pct": reward})
-        return {"mode": self.cfg.mode, "iterations": self.iteration, "history": self.history}
+        record = {"mode": self.cfg.mode, "iterations": len(self.history), "reward_last_10pct": reward}
+        if self.validating:
+            record |= {"selected_iteration": selected, "validations": self.validations, "regressions": {
+                i: r for i, v in self.validations.items()
+                if (r := regressions(v, self.validations[0], self.cfg.validation.tolerance))}}
+        folder.write_record(record)
+        return {"mode": self.cfg.mode, "iterations": len(self.history), "selected_iteration": selected,
+                "history": self.history}
 
 
 # The iteration's steps as tasks: visible per iteration in the Prefect UI. They take the live session, so they

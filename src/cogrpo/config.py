@@ -293,6 +293,21 @@ class AlternateConfig(_Section):
         "(the model's credit is then not diluted by schedule noise).")
 
 
+class ValidationConfig(_Section):
+    """Which checkpoint a training run exports (cogrpo.core.selection): every `every` iterations, and for the base
+    before the first, the model under its learned schedule (at π_φ's mean) is scored by the checker on a fixed
+    subset of the training prompts (never the held-out ones), with the same noise each time; the export is the
+    validated checkpoint with the best overall among those with no tag nor DPG-style score more than `tolerance`
+    below the base's (the base itself when every checkpoint lost one)."""
+    every: int = Field(0, ge=0, description="Iterations between validations, each also a checkpoint (0: none; the "
+                       "last iteration is exported).")
+    prompts_per_tag: int = Field(16, ge=1, description="Training prompts of each tag (and of 'dpg') validated on.")
+    samples: int = Field(8, ge=1, description="Images per validation prompt.")
+    seed: int = Field(4321, description="Seed of the prompt subset and of the images' noise.")
+    tolerance: float = Field(0.05, ge=0, description="How far below the base a tag's (or the DPG-style) score may "
+                             "fall in an eligible checkpoint.")
+
+
 class TrainConfig(_Section):
     mode: Mode = Field(
         "co", description="What Co-GRPO trains: 'co' model and schedule, both in every update; 'alternate' both, "
@@ -361,6 +376,8 @@ class TrainConfig(_Section):
                                   description="Iterations between resumable checkpoints (the last two are kept).")
     sample_every: int = Field(20, ge=1, json_schema_extra=NOT_RESULT,
                               description="Iterations between sample grids logged to MLflow.")
+    validation: ValidationConfig = Field(ValidationConfig(), exclude_if=lambda v: v == ValidationConfig(),
+                                         description="Choosing the exported checkpoint (off by default).")
     rewards: list[RewardTerm] = Field(default_factory=lambda: [RewardTerm(name="compositional")], min_length=1,
                                       description="Reward terms summed into the training reward.")
 

@@ -6,7 +6,8 @@ the files a training writes beside the generator's own (which `Generator.save_tr
     schedule_T<n>.json             the schedule learned at each other step count n of train.extra_steps
     schedule_policy.safetensors    a prompt-conditioned policy, whole (train.schedule_policy: prompt)
     state_policy.safetensors       a state-conditioned policy, whole (train.schedule_policy: state)
-    train.json                     the training's record: mode, iterations, reward_last_10pct
+    train.json                     the training's record: mode, iterations, reward_last_10pct; with train.validation
+                                   the selected iteration, every validation and its regressions
 
 A base model holds none of them: it decodes under the base schedule.
 """

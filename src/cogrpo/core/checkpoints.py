@@ -18,16 +18,20 @@ from cogrpo.errors import InputError
 from cogrpo.io import atomic_dir, verify_manifest, write_manifest
 
 
-def save(root: str | Path, iteration: int, fill: Callable[[Path], None], keep: int = 2) -> Path:
+def save(root: str | Path, iteration: int, fill: Callable[[Path], None], keep: int = 2,
+         protect: Iterable[int] = ()) -> Path:
     """fill(folder) writes the checkpoint's files; returns <root>/<iteration>. Older checkpoints beyond the newest
-    `keep` at or before `iteration` are removed; later ones (from a longer run with the same identity) stay."""
+    `keep` at or before `iteration` are removed, except the protected iterations (the one validation chose); later
+    ones (from a longer run with the same identity) stay."""
     root = Path(root)
     target = root / f"{iteration:06d}"
     with atomic_dir(target) as tmp:
         fill(tmp)
         write_manifest(tmp)
+    protected = set(protect)
     for old in [c for c in numbered(root) if int(c.name) <= iteration][keep:]:
-        shutil.rmtree(old, ignore_errors=True)
+        if int(old.name) not in protected:
+            shutil.rmtree(old, ignore_errors=True)
     return target
 
 
