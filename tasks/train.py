@@ -36,7 +36,7 @@ from cogrpo.errors import InputError
 from cogrpo.images import image_grid
 from cogrpo.io import read_specs
 from cogrpo.model_folder import ModelFolder
-from cogrpo.rewards import Term, combine, train_terms
+from cogrpo.rewards import Term, combine, term_values, term_weights, train_terms
 from cogrpo.shares import per_process
 from cogrpo.world.checker import Checker
 from cogrpo.world.scenes import World
@@ -73,8 +73,11 @@ class TrainingSession:
                  for T in [params.schedule.steps, *cfg.extra_steps]}
         self.trainer = CoGRPO(self.generator, bases, cfg, ranks, pretraining_anchor(params, inputs, self.generator)
                               if cfg.anchor_coef else None)
-        terms = train_terms(cfg) + [Term("strict", 0.0)]  # strict: accuracy per tag
-        self.reward = combine(terms, World(params.world), reward_url, params.reward_models.request_timeout_s)
+        self.terms = train_terms(cfg)
+        self.failures: dict[str, str] = {}  # this iteration's optional terms that failed: label → reason
+        scored = self.terms + [Term("strict", 0.0)]  # strict: accuracy per tag
+        self.reward = combine(scored, World(params.world), reward_url, params.reward_models.request_timeout_s,
+                              on_failure=self.failures.__setitem__)
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         self.history: list[dict] = []
@@ -108,17 +111,26 @@ class TrainingSession:
         return GroupedBatch(rows, cond, self.cfg.group_size)
 
     def score(self, batch: GroupedBatch, rollout: Rollout) -> dict[str, torch.Tensor]:
-        """Decode every trajectory and score it: {"total": (B·G,), "strict": …, <each reward term>: …}."""
+        """Decode every trajectory and score it: {"total": (B·G,), "strict": …, <each reward term>: …,
+        "failed/<label>" of each optional term: …}."""
         specs = [self.specs[r] for r in batch.trajectory_rows().tolist()]
         images = self.generator.decode(rollout.traj.tokens)
         return self.reward(images, [s["prompt"] for s in specs], specs)
 
     def update(self, batch: GroupedBatch, rollout: Rollout, scores: dict[str, torch.Tensor]) -> dict:
         """The GRPO update; returns the iteration's metrics (also appended to history.jsonl)."""
-        metrics = self.trainer.update(batch, rollout, scores["total"])
+        metrics = self.trainer.update(batch, rollout, term_values(self.terms, scores), term_weights(self.terms))
         if metrics["skipped"] and self.ranks.rank == 0:
             self.warn(f"iteration {self.iteration}: {int(metrics['skipped'])} of {self.cfg.inner_epochs} update "
                       f"passes skipped, non-finite {'; '.join(self.trainer.skip_reasons)} (metric 'skipped')")
+        for term in self.terms:
+            if not term.required:
+                metrics[f"reward/{term.label}_failed"] = self.ranks.gather(scores[f"failed/{term.label}"]).mean().item()
+        if self.failures:  # this rank's scoring failed: it warns (the metrics count every rank's)
+            metric_names = ", ".join(f"reward/{label}_failed" for label in self.failures)
+            self.warn(f"iteration {self.iteration}: optional reward terms scored 0 where they failed: "
+                      f"{'; '.join(self.failures.values())} (metrics {metric_names})")
+            self.failures.clear()
         tags = [self.specs[r]["tag"] for r in self.ranks.gather(batch.trajectory_rows()).tolist()]
         correct = self.ranks.gather(scores["strict"]).tolist()
         for tag in sorted(set(tags)):

@@ -79,3 +79,15 @@ def test_the_pretraining_anchor_needs_the_embedded_worlds_scenes():
     assert load_params("params.yaml", {"train.anchor_coef": 1.0}).train.anchor_coef == 1.0
     with pytest.raises(ParamsError, match=r"key 'train.anchor_coef': the pretraining loss needs the embedded world"):
         load_params("params.yaml", {"model.backbone": "amused", "model.pretrained": "nowhere", "train.anchor_coef": 1.0})
+
+
+def test_reward_aggregation_and_optional_terms_at_their_defaults_leave_params_hashes_alone():
+    from cogrpo.config import TrainConfig
+
+    default = TrainConfig().result_dump()
+    assert "reward_aggregation" not in default and "required" not in default["rewards"][0]
+    chosen = TrainConfig(reward_aggregation="advantage", rewards=[{"name": "compositional", "required": False}])
+    assert chosen.result_dump()["reward_aggregation"] == "advantage"
+    assert chosen.result_dump()["rewards"][0]["required"] is False
+    with pytest.raises(ParamsError, match=r"key 'train.reward_aggregation': Input should be 'sum' or 'advantage'"):
+        parse_params({"train": {"reward_aggregation": "mean"}})

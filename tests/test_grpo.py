@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from cogrpo.config import ScheduleConfig, TrainConfig
-from cogrpo.core.grpo import (clipped_surrogate, group_advantages, k3_kl, schedule_policy_loss, token_policy_loss,
-                              zero_std_fraction)
+from cogrpo.core.grpo import (aggregated_advantages, clipped_surrogate, group_advantages, k3_kl, schedule_policy_loss,
+                              token_policy_loss, zero_std_fraction)
 from cogrpo.backbones.embedded import EmbeddedGenerator
 from cogrpo.backbones.mdm import MDM, MDMConfig
 from cogrpo.core.generator import Condition
@@ -24,6 +24,43 @@ def test_group_advantages():
     assert torch.equal(a[1], torch.zeros(4))  # a zero-std group carries no signal
     assert torch.allclose(group_advantages(r, scale_by_std=False)[0], torch.tensor([0.5, -0.5, -0.5, 0.5]))
     assert zero_std_fraction(r) == 0.5
+
+
+def test_a_term_constant_within_a_group_adds_nothing_to_its_advantages():
+    """reward_aggregation 'advantage': a term with zero spread in a group has a zero group advantage there, whatever
+    its level, and only there."""
+    signal = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]])
+    flat = torch.tensor([[5.0, 5.0, 5.0, 5.0], [0.0, 3.0, 0.0, 3.0]])  # flat in group 0 only
+    terms, weights = torch.stack([signal, flat], -1), torch.tensor([1.0, 2.0])
+    for scale in (True, False):
+        adv = aggregated_advantages(terms, weights, "advantage", scale)
+        assert torch.equal(adv[0], group_advantages(signal, scale)[0])
+        assert not torch.allclose(adv[1], group_advantages(signal, scale)[1])
+
+
+@pytest.mark.parametrize("scale_by_std", [True, False])
+def test_with_one_term_advantage_aggregation_is_the_sum(scale_by_std):
+    r = torch.tensor([[1.0, 0.0, 0.3, 1.0], [0.5, 0.5, 0.5, 0.5], [2.0, -1.0, 0.0, 4.0]])[..., None]
+    one = torch.ones(1)
+    assert torch.allclose(aggregated_advantages(r, one, "advantage", scale_by_std),
+                          aggregated_advantages(r, one, "sum", scale_by_std))
+    assert torch.equal(aggregated_advantages(r, one, "sum", scale_by_std), group_advantages(r[..., 0], scale_by_std))
+
+
+def test_two_terms_aggregated_by_advantage_by_hand():
+    """One group of 4: term a in [0, 1] at weight 2, term b on a 100 times larger scale at weight 1. 'sum' ranks
+    the samples as b alone does; 'advantage' weighs the two as their weights say."""
+    a = torch.tensor([[1.0, 0.0, 1.0, 0.0]])  # mean 0.5, std 0.5: advantages ±1
+    b = torch.tensor([[0.0, 100.0, 300.0, 200.0]])  # mean 150, std √12500 = 111.80
+    terms, weights = torch.stack([a, b], -1), torch.tensor([2.0, 1.0])
+    sb = 12500**0.5
+    expected = 2 * torch.tensor([1.0, -1.0, 1.0, -1.0]) + torch.tensor([-150.0, -50.0, 150.0, 50.0]) / sb
+    assert torch.allclose(aggregated_advantages(terms, weights, "advantage"), expected, atol=1e-3)
+    total = torch.tensor([2.0, 100.0, 302.0, 200.0])  # 2a + b: mean 151, std 111.80…
+    by_sum = (total - 151) / total.std(unbiased=False)
+    assert torch.allclose(aggregated_advantages(terms, weights, "sum"), by_sum[None], atol=1e-3)
+    unscaled = 2 * torch.tensor([0.5, -0.5, 0.5, -0.5]) + torch.tensor([-150.0, -50.0, 150.0, 50.0])
+    assert torch.allclose(aggregated_advantages(terms, weights, "advantage", scale_by_std=False), unscaled[None])
 
 
 def test_clipped_surrogate():
@@ -184,6 +221,22 @@ def test_freezing_rule(mode, policy):
     assert policy_same == (mode == "model")
     assert all(torch.equal(v, tr.ref.state_dict()[k]) for k, v in before_model.items())  # θ_ref never moves
     assert "schedule/step2/cfg" in metrics and metrics["skipped"] == 0
+
+
+def test_the_update_takes_its_advantages_from_the_terms_as_reward_aggregation_says():
+    """Per-term advantages from the trainer (reward_aggregation 'advantage') step as those advantages handed to it as
+    the rewards, with only their (zero) group means taken off (Dr. GRPO's unscaled 'sum')."""
+    batch = _batch()
+    terms = torch.stack([torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0]), torch.tensor([0.0, 9, 3, 3, 5, 5, 5, 5])], -1)
+    weights = torch.tensor([1.0, 0.5])
+    adv = aggregated_advantages(batch.groups(terms), weights, "advantage").flatten()
+    grads = []
+    for tr, args in ((_tiny_trainer("model", reward_aggregation="advantage"), (terms, weights)),
+                     (_tiny_trainer("model", scale_by_std=False), (adv,))):
+        tr.update(batch, tr.rollout(batch), *args)
+        grads.append([p.grad.clone() for p in tr.trained])
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(*grads))
+    assert sum(g.abs().sum() for g in grads[0]) > 0
 
 
 @pytest.mark.parametrize("model_phase_schedule", ["sampled", "mean"])

@@ -1,10 +1,10 @@
-"""The reward registry: the checker's rewards, weighted sums, normalisation, unknown names."""
+"""The reward registry: the checker's rewards, weighted sums, normalisation, unknown names, optional terms."""
 
 import numpy as np
 import pytest
 import torch
 
-from cogrpo.errors import InputError
+from cogrpo.errors import InputError, RewardServerError
 from cogrpo.rewards import REGISTRY, Term, build, combine
 from cogrpo.world.spec import Obj
 
@@ -69,16 +69,58 @@ def test_colour_novelty_rewards_the_rare_colour_of_a_colour_free_prompt_only(wor
     assert torch.equal(same, torch.zeros(3))  # a group of one colour: no sample is rarer than another
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_a_term_scoring_nan_or_inf_stops_the_run_naming_it(world, images, monkeypatch, bad):
-    """A reward server answering NaN once skipped every update silently and exported the base model as trained."""
+def _registered(monkeypatch, name: str, fn) -> None:
+    """A reward `name` scoring with fn(images, prompts, specs), for the test's duration."""
     import sys
     import types
 
-    broken = types.ModuleType("broken_rewards")
-    broken.factory = lambda world: lambda images, prompts, specs: torch.tensor([0.5, bad, 0.2])
-    monkeypatch.setitem(sys.modules, "broken_rewards", broken)
-    monkeypatch.setitem(REGISTRY, "broken", "broken_rewards:factory")
+    module = types.ModuleType(f"{name}_rewards")
+    module.factory = lambda world: fn
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(REGISTRY, name, f"{module.__name__}:factory")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_term_scoring_nan_or_inf_stops_the_run_naming_it(world, images, monkeypatch, bad):
+    """A reward server answering NaN once skipped every update silently and exported the base model as trained."""
+    _registered(monkeypatch, "broken", lambda images, prompts, specs: torch.tensor([0.5, bad, 0.2]))
     reward = combine([Term("compositional"), Term("broken", 0.5)], world)
     with pytest.raises(InputError, match=r"^reward term 'broken' scored 1 of 3 images NaN or infinite$"):
         reward(images, [SPEC["prompt"]] * 3, [SPEC] * 3)
+
+
+def _server_down(images, prompts, specs):
+    raise RewardServerError("down: no reward server at http://127.0.0.1:9")
+
+
+def test_an_optional_term_that_fails_scores_0_and_says_why(world, images, monkeypatch):
+    _registered(monkeypatch, "down", _server_down)
+    failures = []
+    reward = combine([Term("compositional"), Term("down", 0.5, required=False)], world,
+                     on_failure=lambda label, reason: failures.append((label, reason)))
+    out = reward(images, [SPEC["prompt"]] * 3, [SPEC] * 3)
+    assert failures == [("down", "down: no reward server at http://127.0.0.1:9")]
+    assert torch.equal(out["down"], torch.zeros(3)) and torch.equal(out["failed/down"], torch.ones(3))
+    assert torch.equal(out["total"], out["compositional"])
+    assert "failed/compositional" not in out  # required terms have no failure record: they stop the run
+
+
+def test_an_optional_term_scoring_nan_scores_0_on_those_images_only(world, images, monkeypatch):
+    _registered(monkeypatch, "flaky", lambda images, prompts, specs: torch.tensor([0.5, float("nan"), 0.2]))
+    failures = []
+    reward = combine([Term("compositional"), Term("flaky", required=False)], world,
+                     on_failure=lambda label, reason: failures.append((label, reason)))
+    out = reward(images, [SPEC["prompt"]] * 3, [SPEC] * 3)
+    assert failures == [("flaky", "reward term 'flaky' scored 1 of 3 images NaN or infinite")]
+    assert torch.equal(out["flaky"], torch.tensor([0.5, 0.0, 0.2]))
+    assert torch.equal(out["failed/flaky"], torch.tensor([0.0, 1.0, 0.0]))
+    assert torch.isfinite(out["total"]).all()
+
+
+def test_a_required_term_that_fails_stops_the_run(world, images, monkeypatch):
+    _registered(monkeypatch, "down", _server_down)
+    failures = []
+    reward = combine([Term("compositional"), Term("down", 0.5)], world, on_failure=lambda *a: failures.append(a))
+    with pytest.raises(RewardServerError, match=r"^down: no reward server at http://127.0.0.1:9$"):
+        reward(images, [SPEC["prompt"]] * 3, [SPEC] * 3)
+    assert failures == []

@@ -220,6 +220,10 @@ class RewardTerm(_Section):
                       "model the reward server scores: 'imagereward', 'hpsv2', 'clip' (checked by cogrpo.validate).")
     weight: float = Field(1.0, ge=0, description="Weight (≥ 0, finite) of this reward in the sum.")
     normalize: bool = Field(False, description="z-normalise this reward over the batch before weighting.")
+    required: bool = Field(
+        True, exclude_if=lambda v: v, description="True: a failure of this term (a reward-server error, a NaN or "
+        "infinite score) stops the run with one line. False: it scores 0 for the images it failed on, warns once per "
+        "iteration with the reason and is counted in the metric reward/<label>_failed (the fraction failed).")
     version: Literal["v2.0", "v2.1"] | None = Field(
         None, exclude_if=lambda v: v is None, description="hpsv2 only, and required there: HPS v2.0 and v2.1 are different checkpoints and give "
         "different numbers.")
@@ -380,6 +384,11 @@ class TrainConfig(_Section):
                                          description="Choosing the exported checkpoint (off by default).")
     rewards: list[RewardTerm] = Field(default_factory=lambda: [RewardTerm(name="compositional")], min_length=1,
                                       description="Reward terms summed into the training reward.")
+    reward_aggregation: Literal["sum", "advantage"] = Field(
+        "sum", exclude_if=lambda v: v == "sum", description="How the terms make the advantages: 'sum' the group "
+        "advantages of their weighted sum; 'advantage' the weighted sum of each term's own group advantages (each "
+        "scaled by its group std as scale_by_std says; MixGRPO's), so that terms of different scales weigh as their "
+        "weights say and a term constant within a group adds nothing there (docs/rewards.md).")
 
     @model_validator(mode="after")
     def _some_reward(self) -> "TrainConfig":

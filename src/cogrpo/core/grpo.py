@@ -7,6 +7,7 @@ trained steps; advantages broadcast over steps. Both policies (model θ, schedul
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -17,6 +18,16 @@ def group_advantages(rewards: torch.Tensor, scale_by_std: bool = True, eps: floa
     if not scale_by_std:
         return centred
     return centred / (rewards.std(-1, keepdim=True, unbiased=False) + eps)
+
+
+def aggregated_advantages(terms: torch.Tensor, weights: torch.Tensor, how: Literal["sum", "advantage"] = "sum",
+                          scale_by_std: bool = True) -> torch.Tensor:
+    """The advantages (B, G) of K reward terms (B, G, K) weighted by `weights` (K,): 'sum' the group advantages of
+    their weighted sum; 'advantage' the weighted sum of each term's own group advantages (MixGRPO), so a term's
+    scale does not set its share and a term constant within a group adds nothing to that group's advantages."""
+    if how == "sum":
+        return group_advantages(terms @ weights, scale_by_std)
+    return group_advantages(terms.transpose(-1, -2), scale_by_std).transpose(-1, -2) @ weights
 
 
 def zero_std_fraction(rewards: torch.Tensor, tol: float = 1e-8) -> float:

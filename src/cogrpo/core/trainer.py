@@ -30,7 +30,7 @@ from cogrpo.config import TrainConfig
 from cogrpo.core.batch import GroupedBatch
 from cogrpo.core.distributed import SINGLE, Ranks
 from cogrpo.core.generator import Generator
-from cogrpo.core.grpo import group_advantages, schedule_policy_loss, token_policy_loss, zero_std_fraction
+from cogrpo.core.grpo import aggregated_advantages, schedule_policy_loss, token_policy_loss, zero_std_fraction
 from cogrpo.core.policy import (ProgressSchedulePolicy, PromptSchedulePolicy, SchedulePolicy, StateChoices,
                                 StateSchedulePolicy)
 from cogrpo.core.sampler import Trajectory, sample, trajectory_token_logprobs
@@ -179,22 +179,28 @@ class CoGRPO:
         return Rollout(traj, actions, policy.log_prob(actions, context, features), context, features)
 
     # ---- update --------------------------------------------------------------------------------------
-    def update(self, batch: GroupedBatch, ro: Rollout, rewards: torch.Tensor) -> dict:
-        """One GRPO update from the batch's rollout and its rewards (B·G,); with several ranks, this rank's share.
+    def update(self, batch: GroupedBatch, ro: Rollout, rewards: torch.Tensor,
+               weights: torch.Tensor | None = None) -> dict:
+        """One GRPO update from the batch's rollout and its rewards: (B·G,), or (B·G, K) the K terms of the training
+        reward as they enter its weighted sum with `weights` (K,), which train.reward_aggregation makes advantages
+        (cogrpo.core.grpo.aggregated_advantages); with several ranks, this rank's share.
 
         The one update path: the loss of every policy is its share of the global batch's (one process: share 1),
         the model's taken in slices of train.micro_batch trajectories (one slice: the whole batch), each slice's
         backward run at once; gradients and metrics are then summed over the ranks (a no-op for one process), so
         every rank takes the same step as one process holding the whole batch."""
         cfg, ranks = self.cfg, self.ranks
-        everyone = ranks.gather(rewards)  # prompt-major across ranks, as one process would hold them
+        terms = rewards if rewards.dim() == 2 else rewards[:, None]
+        weights = terms.new_ones(1) if weights is None else weights
+        everyone = ranks.gather(terms) @ weights  # prompt-major across ranks, as one process would hold them
         metrics: dict = {"reward_mean": everyone.mean().item(), "reward_std": everyone.std(unbiased=False).item(),
                          "zero_std_groups": zero_std_fraction(everyone.view(-1, batch.group_size)),
                          "steps": float(ro.traj.steps)}
         if not torch.isfinite(everyone).all():  # every rank holds them all, so every rank stops
             raise InputError(f"iteration {self.iteration + 1}: {int((~torch.isfinite(everyone)).sum())} of "
                              f"{len(everyone)} rewards are NaN or infinite; nothing was updated")
-        adv = group_advantages(batch.groups(rewards), cfg.scale_by_std).flatten()[:, None]
+        adv = aggregated_advantages(batch.groups(terms), weights, cfg.reward_aggregation,
+                                    cfg.scale_by_std).flatten()[:, None]
         cond, T = batch.trajectory_cond(), ro.traj.steps
         n_steps = max(1, math.ceil(cfg.step_fraction * T))
         gen, anchor_gen = (iteration_generator(cfg.seed, self.iteration, stream) for stream in (2, 3))

@@ -4,8 +4,8 @@ where the reward returns one float per image as an (n,) tensor.
 The registry names factories by import path and imports them only when built, so the params schema can check
 reward names without importing what the rewards need. The SERVED rewards are reward models scored by the reward
 server (reward_server/, in its own environment) through cogrpo.rewards.remote; their factory also takes the
-server's URL and the term's label (hpsv2's carries its version). `combine` makes the weighted sum the trainer optimises, each term
-optionally z-normalised over the batch.
+server's URL and the term's label (hpsv2's carries its version). `combine` scores every term and makes their weighted
+sum, each term optionally z-normalised over the batch (`term_values`); an optional term scores 0 where it fails.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from cogrpo.errors import InputError
+from cogrpo.errors import InputError, RewardServerError
 
 RewardFn = Callable[[np.ndarray, Sequence[str], Sequence[dict]], torch.Tensor]
 REGISTRY: dict[str, str] = {
@@ -37,11 +37,12 @@ class Term(NamedTuple):
     weight: float = 1.0
     normalize: bool = False
     version: str | None = None  # hpsv2's v2.0 or v2.1
+    required: bool = True  # False: a failure scores 0 (combine)
 
     @classmethod
     def of(cls, term) -> "Term":
         """From a params entry (cogrpo.config.RewardTerm)."""
-        return cls(term.name, term.weight, term.normalize, term.version)
+        return cls(term.name, term.weight, term.normalize, term.version, term.required)
 
     @property
     def label(self) -> str:
@@ -65,24 +66,54 @@ def build(term: Term, world, server_url: str | None = None, timeout_s: float = 6
     return factory(world)
 
 
-def combine(terms: Sequence[Term], world, server_url: str | None = None,
-            timeout_s: float = 600.0) -> Callable[..., dict[str, torch.Tensor]]:
-    """Weighted sum of the terms; returns {"total": (n,), <term label>: (n,) raw, ...}. A term scoring any image
-    NaN or infinite is an InputError naming it."""
+def term_values(terms: Sequence[Term], scores: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(n, K): each term's scores as they enter the weighted sum, z-normalised over the batch where it says."""
+    columns = [scores[t.label] for t in terms]
+    return torch.stack([(r - r.mean()) / (r.std(unbiased=False) + 1e-6) if t.normalize else r
+                        for t, r in zip(terms, columns)], -1)
+
+
+def term_weights(terms: Sequence[Term]) -> torch.Tensor:
+    """(K,): the terms' weights, in their order."""
+    return torch.tensor([t.weight for t in terms])
+
+
+def _scored(term: Term, fn: RewardFn, images, prompts, specs,
+            on_failure: Callable[[str, str], None]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The term's scores (n,) and 1.0 where it failed (n,). A required term's failure stops the run here: a
+    skipped update would export the base model as "trained", and cache it."""
+    try:
+        r = fn(images, prompts, specs).float()
+    except RewardServerError as err:
+        if term.required:
+            raise
+        on_failure(term.label, str(err))
+        return torch.zeros(len(images)), torch.ones(len(images))
+    bad = ~torch.isfinite(r)
+    if bad.any():
+        reason = f"reward term '{term.label}' scored {int(bad.sum())} of {len(r)} images NaN or infinite"
+        if term.required:
+            raise InputError(reason)
+        on_failure(term.label, reason)
+    return torch.where(bad, 0.0, r), bad.float()
+
+
+def combine(terms: Sequence[Term], world, server_url: str | None = None, timeout_s: float = 600.0,
+            on_failure: Callable[[str, str], None] = lambda label, reason: None
+            ) -> Callable[..., dict[str, torch.Tensor]]:
+    """Weighted sum of the terms; returns {"total": (n,), <term label>: (n,) raw, ...}. A required term that scores
+    any image NaN or infinite is an InputError naming it, a reward server failing it a RewardServerError. An
+    optional term (required False) scores 0 where it fails instead, calls on_failure(label, reason), and has
+    "failed/<label>": (n,) 1.0 where it failed, 0.0 elsewhere."""
     fns = [(term, build(term, world, server_url, timeout_s)) for term in terms]
 
     def reward(images, prompts, specs) -> dict[str, torch.Tensor]:
-        out, total = {}, torch.zeros(len(images))
+        out = {}
         for term, fn in fns:
-            r = fn(images, prompts, specs).float()
-            bad = int((~torch.isfinite(r)).sum())
-            if bad:  # stop here: a skipped update would export the base model as "trained", and cache it
-                raise InputError(f"reward term '{term.label}' scored {bad} of {len(r)} images NaN or infinite")
-            out[term.label] = r
-            if term.normalize:
-                r = (r - r.mean()) / (r.std(unbiased=False) + 1e-6)
-            total = total + term.weight * r
-        out["total"] = total
+            out[term.label], failed = _scored(term, fn, images, prompts, specs, on_failure)
+            if not term.required:
+                out[f"failed/{term.label}"] = failed
+        out["total"] = term_values(terms, out) @ term_weights(terms)
         return out
 
     return reward

@@ -15,12 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cogrpo.errors import InputError
-
-
-class RewardServerError(InputError):
-    """The reward server is unreachable, timed out, or failed a batch: one line saying which, and why (an
-    InputError, so that every entry point stops with that line rather than a traceback)."""
+from cogrpo.errors import InputError, RewardServerError
 
 
 class RewardClient:
