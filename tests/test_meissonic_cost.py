@@ -1,0 +1,39 @@
+"""bench/meissonic_cost.py (issue 25, item 4) on the tiny Meissonic: every figure of its JSON is there, finite and
+positive (the published shapes run the same code: `python bench/meissonic_cost.py --config published`)."""
+
+import json
+import math
+
+from bench.meissonic_cost import main
+
+PER_RUN = ["transformer_params", "trained_params", "rollout_gflop_per_image_step", "sampler_s_per_step",
+           "sampler_s_per_image_step", "P1_achieved_over_gemm", "sampler_tflops", "gemm_tflops",
+           "training_rollout_gflop_per_trajectory_step", "training_rollout_s_per_trajectory_step",
+           "activations_gib_per_trajectory_trained_step", "update_gflop_per_trajectory_trained_step",
+           "update_s_per_trajectory_trained_step", "update_checkpointed_gflop_per_trajectory_trained_step",
+           "update_checkpointed_s_per_trajectory_trained_step", "update_over_rollout_flop_per_step",
+           "update_checkpointed_over_rollout_flop_per_step", "iteration_s", "iteration_checkpointed_s"]
+CUDA_ONLY = ["sampler_peak_gib", "training_rollout_peak_gib", "update_peak_gib", "update_checkpointed_peak_gib"]
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def test_tiny_config_writes_every_figure_finite_and_positive(tmp_path):
+    out = tmp_path / "cost.json"
+    report = main(["--config", "tiny", "--dtype", "fp32", "--steps", "2", "3", "--gemm-n", "128", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    assert report["config"] == "tiny" and len(report["runs"]) == 1
+    run = report["runs"][0]
+    assert run["dtype"] == "fp32" and run["device"] == "cpu" and run["resolution"] == 16 and run["tokens"] == 64
+    bad = [k for k in PER_RUN if not _positive(run.get(k))]
+    bad += [f"weights_gib.{k}" for k in ("transformer", "adapters_fp32", "text_encoder", "vqvae")
+            if not _positive(run["weights_gib"].get(k))]
+    bad += [f"sampler_s_by_steps.{T}" for T in ("2", "3") if not _positive(run["sampler_s_by_steps"].get(T))]
+    assert not bad, f"missing, non-finite or not positive: {bad}"
+    assert all(run[k] is None for k in CUDA_ONLY)  # peak memory is read on CUDA only
+    # the checkpointed update recomputes the blocks' forward in backward: more FLOPs, the same result
+    assert run["update_checkpointed_gflop_per_trajectory_trained_step"] > run["update_gflop_per_trajectory_trained_step"]
+    # a trained step is the guided pair with gradients, the reference pair and the backward: more than a rollout step
+    assert run["update_over_rollout_flop_per_step"] > 2
