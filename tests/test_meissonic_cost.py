@@ -34,6 +34,7 @@ def test_tiny_config_writes_every_figure_finite_and_positive(tmp_path):
     assert not bad, f"missing, non-finite or not positive: {bad}"
     assert all(run[k] is None for k in CUDA_ONLY)  # peak memory is read on CUDA only
     # the checkpointed update recomputes the blocks' forward in backward: more FLOPs, the same result
-    assert run["update_checkpointed_gflop_per_trajectory_trained_step"] > run["update_gflop_per_trajectory_trained_step"]
+    assert (run["update_checkpointed_gflop_per_trajectory_trained_step"]
+            > run["update_gflop_per_trajectory_trained_step"])
     # a trained step is the guided pair with gradients, the reference pair and the backward: more than a rollout step
     assert run["update_over_rollout_flop_per_step"] > 2
