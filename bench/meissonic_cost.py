@@ -26,8 +26,13 @@ one device: no download, the snapshot is made by `cogrpo.backbones.tiny_meissoni
     python bench/meissonic_cost.py --config published --dtype fp32 bf16   # full size on a 2-core CPU: 1 image,
         # 2 steps, B 1 × G 2: about 42 forwards of 1.48 TFLOP per dtype, 20-40 min each; peak ~13 GiB in fp32
     python bench/meissonic_cost.py --config published --device cuda --dtype bf16 --batch 32 --steps 48 12 16 32 64 \\
-        --prompts 16 --group 8 --micro-batch 1 --checkpointing on   # issue 25's GPU figures (B 16 × G 8, 48 steps)
-Writes reports/meissonic_cost_<config>_<device>.json (--out), after each dtype: a time limit keeps what was measured.
+        --prompts 2 --group 8 --micro-batch 1 --checkpointing on   # issue 25's GPU figures: one GPU's share of
+        # B 16 × G 8 on 8 GPUs (--prompts 16: all of it on one GPU, which by arithmetic needs more than 80 GB)
+    python bench/meissonic_cost.py --estimate --prompts 16 --group 8 --steps 48   # the paper's run by arithmetic:
+        # FLOPs counted on the meta device (seconds, no memory), times at --gpu-tflops × --mfu; the README's figures
+Writes reports/meissonic_cost_<config>_<device>.json (--out), after each dtype: a time limit keeps what was measured;
+--estimate writes reports/meissonic_cost_estimate_<config>.json. tests/test_meissonic_cost.py checks the estimate's
+FLOP arithmetic against the FLOPs the measurement counts on the tiny config.
 """
 
 from __future__ import annotations
@@ -120,6 +125,7 @@ def measure(folder: Path, dtype: str, args) -> dict:
     schedule = lambda T: ScheduleConfig(steps=T, ratio_curve="amused", remask_temperature=2.0,  # noqa: E731
                                         remask_anneal="to_zero", cfg=9.0)  # the authors' pipeline's defaults
     cond, seeds = gen.encode(prompts[:n]), torch.arange(n)
+    gen.null_condition()  # encoded once and kept: not a cost of any step
     plain = gen.reference()  # the adapters off: what an exported (merged) model samples with
 
     # the sampler: FLOPs and seconds per step of n images, the guided pair each
@@ -181,6 +187,102 @@ def measure(folder: Path, dtype: str, args) -> dict:
     return out
 
 
+def flop_model(resolution: int, lora_rank: int, **transformer) -> dict:
+    """TFLOP per image of the parts of a Meissonic (MeissonicTransformer's defaults, i.e. the published config,
+    unless `transformer` overrides fields), counted on the meta device (no memory, no compute; the counter reads
+    shapes): the transformer's forward with LoRA adapters on the attention projections, its backward with only
+    the adapters trained (lora_rank 0: every weight), the Flux blocks' forward alone (what gradient checkpointing recomputes), the VQ-GAN's
+    decoding of the token grid and the CLIP text tower (the published shapes' ones; the tiny's with --config tiny)."""
+    from diffusers import VQModel
+    from peft import LoraConfig
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection
+
+    from cogrpo.backbones.meissonic import TEXT_TOKENS
+    from cogrpo.backbones.meissonic_transformer import MeissonicTransformer
+    from cogrpo.backbones.tiny_amused import PUBLISHED_VQVAE, TINY_TEXT, TINY_VQVAE
+    from cogrpo.backbones.tiny_meissonic import PUBLISHED_TEXT, TRANSFORMER
+
+    tiny = transformer.pop("tiny", False)
+    text_cfg, vq_cfg = (TINY_TEXT, TINY_VQVAE) if tiny else (PUBLISHED_TEXT, PUBLISHED_VQVAE)
+    count = lambda fn: FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION)  # noqa: E731
+    with torch.device("meta"):
+        # lora_rank 0: full fine-tuning, every weight trained (the backward computes their gradients too)
+        model = MeissonicTransformer(**((TRANSFORMER if tiny else {}) | transformer)).requires_grad_(not lora_rank)
+        if lora_rank:
+            model.add_adapter(LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, target_modules=["to_q", "to_k", "to_v"]))
+            for name, p in model.named_parameters():
+                p.requires_grad_("lora_" in name)
+        vqvae = VQModel(**vq_cfg)
+        text = CLIPTextModelWithProjection(CLIPTextConfig(**text_cfg, max_position_embeddings=TEXT_TOKENS))
+        scale = 2 ** (len(vq_cfg["block_out_channels"]) - 1)
+        side, cfg = resolution // scale, model.config
+        inputs = dict(hidden_states=torch.zeros(1, side, side, dtype=torch.long),
+                      encoder_hidden_states=torch.zeros(1, TEXT_TOKENS, cfg.joint_attention_dim),
+                      pooled_projections=torch.zeros(1, cfg.pooled_projection_dim), micro_conds=torch.zeros(1, 5),
+                      timestep=torch.zeros(1))
+        with count(None) as forward:
+            logits = model(**inputs)
+        with count(None) as backward:
+            logits.float().sum().backward()
+        with count(None) as decode:
+            vqvae.decode(torch.zeros(1, side * side, dtype=torch.long), force_not_quantize=True,
+                         shape=(1, side, side, vq_cfg["latent_channels"]))
+        with count(None) as encode:
+            text(torch.zeros(1, TEXT_TOKENS, dtype=torch.long), output_hidden_states=True)
+    by_module = forward.get_flop_counts()
+    blocks = sum(sum(ops.values()) for name, ops in by_module.items()
+                 if name.count(".") == 2 and name.split(".")[1] in ("transformer_blocks", "single_transformer_blocks"))
+    return {"forward": forward.get_total_flops() / 1e12, "backward": backward.get_total_flops() / 1e12,
+            "blocks_forward": blocks / 1e12, "vq_decode": decode.get_total_flops() / 1e12,
+            "text_encode": encode.get_total_flops() / 1e12, "tokens": side * side}
+
+
+def suite_images() -> dict[str, int]:
+    """Images per (variant, step count) of each published suite: its prompts × benchmark.samples_per_prompt."""
+    from cogrpo.benchmarks import specs
+    from cogrpo.config import BenchmarkSamples
+    from tasks.benchmark import BENCHMARK_FILES, PUBLISHED
+
+    samples = BenchmarkSamples()
+    return {name: len(getattr(specs, loader)(*(BENCHMARK_FILES / f for f in files))) * getattr(samples, name)
+            for name, (loader, *files) in PUBLISHED.items()}
+
+
+def estimate(args) -> dict:
+    """Per-iteration and per-run FLOPs of the paper's run from flop_model's counts, and their time at an assumed
+    throughput: --gpu-tflops (the GPU's dense bf16 peak) × --mfu (the fraction of it achieved)."""
+    f = flop_model(args.resolution, args.lora_rank, tiny=args.config == "tiny",
+                   **(dict(num_layers=args.layers[0], num_single_layers=args.layers[1]) if args.layers else {}))
+    T, n = args.steps[0], args.prompts * args.group
+    trained = max(1, math.ceil(0.5 * T))  # train.step_fraction's default
+    per_step = 2 * f["forward"]  # a rollout step of one trajectory: the guided pair
+    # a trained step of one trajectory: the guided pair with gradients (forward, backward), the reference pair
+    # (adapters off: counted with them, a rounding), with checkpointing the blocks' forward again
+    per_trained = 2 * (f["forward"] + f["backward"]) + 2 * f["forward"]
+    per_trained_ckpt = per_trained + 2 * f["blocks_forward"]
+    iteration = {"rollout": n * T * per_step, "decode": n * f["vq_decode"],
+                 "update": n * trained * per_trained_ckpt}
+    iteration_pflop = sum(iteration.values()) / 1e3
+    achieved = args.gpu_tflops * args.mfu  # TFLOP/s per GPU
+    images = suite_images()
+    per_variant = sum(images.values()) * (sum(args.bench_steps) * per_step + len(args.bench_steps) * f["vq_decode"])
+    return {"assumed": {"gpu_tflops_bf16_dense": args.gpu_tflops, "mfu": args.mfu, "achieved_tflops": achieved,
+                        "prompts": args.prompts, "group": args.group, "steps": T, "trained_steps": trained,
+                        "iterations": args.iterations, "benchmark_steps": args.bench_steps,
+                        "benchmark_variants": args.bench_variants, "resolution": args.resolution},
+            "tflop_per_image": f,
+            "tflop_per_trajectory": {"rollout_step": per_step, "trained_step": per_trained,
+                                     "trained_step_checkpointed": per_trained_ckpt},
+            "pflop_per_iteration": {k: v / 1e3 for k, v in iteration.items()} | {"total": iteration_pflop},
+            "iteration_s": {str(g): iteration_pflop * 1e3 / achieved / g for g in args.gpus},
+            "run_gpu_hours": iteration_pflop * 1e3 / achieved * args.iterations / 3600,
+            "run_hours": {str(g): iteration_pflop * 1e3 / achieved * args.iterations / 3600 / g for g in args.gpus},
+            "benchmark_images_per_variant_and_steps": images,
+            "benchmark_pflop_per_variant": per_variant / 1e3,
+            "benchmark_gpu_hours": per_variant * args.bench_variants / achieved / 3600,
+            "benchmark_hours": {str(g): per_variant * args.bench_variants / achieved / 3600 / g for g in args.gpus}}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", choices=SIZES, default="published",
@@ -205,8 +307,26 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--layers", type=int, nargs=2, default=None, metavar=("DUAL", "SINGLE"),
                     help="fewer Flux blocks at the config's widths (per-block figures scale linearly)")
     ap.add_argument("--out", default=None)
+    est = ap.add_argument_group("--estimate: the paper's run by arithmetic on FLOPs counted on the meta device "
+                                "(seconds, no memory): --prompts × --group trajectories at the first of --steps")
+    est.add_argument("--estimate", action="store_true")
+    est.add_argument("--gpu-tflops", type=float, default=989.0, help="dense bf16 peak per GPU (H100 SXM: 989)")
+    est.add_argument("--mfu", type=float, default=0.3,
+                     help="the fraction of it achieved (aMUSEd-256's sampler: 201 TFLOP/s bf16 on an H200, 0.2 of "
+                     "989; Meissonic's 1101-token sequences should do better: reports/README.md)")
+    est.add_argument("--gpus", type=int, nargs="+", default=[1, 8])
+    est.add_argument("--iterations", type=int, default=100)
+    est.add_argument("--bench-steps", type=int, nargs="+", default=[8, 12, 16, 24, 32, 48])
+    est.add_argument("--bench-variants", type=int, default=4)
     args = ap.parse_args(argv)
     args.resolution = args.resolution or RESOLUTION[args.config]
+    if args.estimate:
+        report = estimate(args)
+        out = Path(args.out or f"reports/meissonic_cost_estimate_{args.config}.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=1) + "\n")
+        print(json.dumps(report, indent=1))
+        return report
     torch.set_num_threads(args.threads)
     device = "cuda" if args.device.startswith("cuda") else "cpu"
     out = Path(args.out or f"reports/meissonic_cost_{args.config}_{device}.json")

@@ -4,6 +4,8 @@ positive (the published shapes run the same code: `python bench/meissonic_cost.p
 import json
 import math
 
+import pytest
+
 from bench.meissonic_cost import main
 
 PER_RUN = ["transformer_params", "trained_params", "rollout_gflop_per_image_step", "sampler_s_per_step",
@@ -20,9 +22,15 @@ def _positive(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
-def test_tiny_config_writes_every_figure_finite_and_positive(tmp_path):
-    out = tmp_path / "cost.json"
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cost") / "cost.json"
     report = main(["--config", "tiny", "--dtype", "fp32", "--steps", "2", "3", "--gemm-n", "128", "--out", str(out)])
+    return report, out
+
+
+def test_tiny_config_writes_every_figure_finite_and_positive(tiny_report):
+    report, out = tiny_report
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     assert report["config"] == "tiny" and len(report["runs"]) == 1
     run = report["runs"][0]
@@ -38,3 +46,20 @@ def test_tiny_config_writes_every_figure_finite_and_positive(tmp_path):
             > run["update_gflop_per_trajectory_trained_step"])
     # a trained step is the guided pair with gradients, the reference pair and the backward: more than a rollout step
     assert run["update_over_rollout_flop_per_step"] > 2
+
+
+def test_the_estimate_s_arithmetic_gives_the_flops_the_measurement_counts(tiny_report, tmp_path):
+    """The README's cost figures are --estimate's arithmetic on FLOPs counted on the meta device; on the tiny config
+    the same arithmetic gives what the measurement counts through cogrpo's sampler and trainer (within 3 %: the
+    estimate counts the reference pair with its adapters, the trainer also updates the schedule policy)."""
+    run = tiny_report[0]["runs"][0]
+    est = main(["--config", "tiny", "--estimate", "--prompts", "1", "--group", "2", "--steps", "2",
+                "--out", str(tmp_path / "estimate.json")])
+    per = est["tflop_per_trajectory"]
+    assert per["rollout_step"] * 1e3 == pytest.approx(run["training_rollout_gflop_per_trajectory_step"], rel=1e-6)
+    assert per["trained_step"] * 1e3 == pytest.approx(run["update_gflop_per_trajectory_trained_step"], rel=0.03)
+    assert per["trained_step_checkpointed"] * 1e3 == pytest.approx(
+        run["update_checkpointed_gflop_per_trajectory_trained_step"], rel=0.03)
+    assert est["pflop_per_iteration"]["total"] > 0 and set(est["iteration_s"]) == {"1", "8"}
+    assert est["benchmark_images_per_variant_and_steps"] == {"geneval": 553 * 4, "dpg": 1065 * 4,
+                                                             "imagereward": 100 * 10, "hpsv2": 3200}
