@@ -24,7 +24,7 @@ one device: no download, the snapshot is made by `cogrpo.backbones.tiny_meissoni
 
     python bench/meissonic_cost.py --config tiny            # the plumbing, seconds (tests/test_meissonic_cost.py)
     python bench/meissonic_cost.py --config published --dtype fp32 bf16   # full size on a 2-core CPU: 1 image,
-        # 2 steps, B 1 × G 2: about 42 forwards of 1.48 TFLOP per dtype, 20-40 min each; peak ~13 GiB in fp32
+        # 2 steps, B 1 × G 2: about 42 forwards of 1.49 TFLOP per dtype, 10-30 min each; peak ~12 GiB in fp32
     python bench/meissonic_cost.py --config published --device cuda --dtype bf16 --batch 32 --steps 48 12 16 32 64 \\
         --prompts 2 --group 8 --micro-batch 1 --checkpointing on   # issue 25's GPU figures: one GPU's share of
         # B 16 × G 8 on 8 GPUs (--prompts 16: all of it on one GPU, which by arithmetic needs more than 80 GB)
@@ -103,7 +103,7 @@ def activations_gib(gen: MeissonicGenerator, fn) -> float:
         ptr = t.untyped_storage().data_ptr()
         if ptr in params or (ptr in live and live[ptr]() is not None):
             return None
-        live[ptr] = weakref.ref(t)
+        live[ptr] = weakref.ref(t if t._base is None else t._base)  # a view dies at once, its base lives on
         total += t.untyped_storage().nbytes()
         return None
 

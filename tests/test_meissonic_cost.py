@@ -63,3 +63,37 @@ def test_the_estimate_s_arithmetic_gives_the_flops_the_measurement_counts(tiny_r
     assert est["pflop_per_iteration"]["total"] > 0 and set(est["iteration_s"]) == {"1", "8"}
     assert est["benchmark_images_per_variant_and_steps"] == {"geneval": 553 * 4, "dpg": 1065 * 4,
                                                              "imagereward": 100 * 10, "hpsv2": 3200}
+
+
+def test_the_dropping_count_of_activations_is_the_keeping_one(tmp_path):
+    """activations_gib drops each saved tensor (so the full-size figure needs no memory): it counts what a count that
+    keeps them counts (distinct storages, weights left out), views of a live tensor once."""
+    import torch
+
+    from bench.meissonic_cost import activations_gib
+    from cogrpo.backbones.meissonic import MeissonicGenerator
+    from cogrpo.backbones.tiny_meissonic import make_tiny_meissonic
+    from cogrpo.config import ModelConfig, ScheduleConfig
+    from cogrpo.core.sampler import sample, trajectory_token_logprobs
+    from cogrpo.core.schedule import base_knobs
+
+    folder = make_tiny_meissonic(tmp_path / "tiny")
+    gen = MeissonicGenerator(folder, ModelConfig(backbone="meissonic", pretrained=str(folder), resolution=16,
+                                                 device="cpu", lora_rank=4))
+    cond = gen.encode(["a red cube"])
+    traj = sample(gen, cond, base_knobs(ScheduleConfig(steps=4)), torch.arange(1))
+    forward = lambda: trajectory_token_logprobs(gen, traj, cond, torch.tensor([2]))  # noqa: E731
+    weights = {p.untyped_storage().data_ptr() for m in (gen.transformer, gen.text_encoder, gen.vqvae)
+               for p in m.parameters()}
+    kept = []
+
+    def keep(t):
+        kept.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        forward()
+    kept_bytes = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in kept
+                      if t.untyped_storage().data_ptr() not in weights}.values())
+    assert kept_bytes > 0
+    assert activations_gib(gen, forward) * 2**30 == kept_bytes
