@@ -102,8 +102,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
           _EVAL | {"base": "pretrain", "trained": "train"}, out="outputs/benchmark", describe=("train",),
           data=("data/benchmarks",), cells=benchmark_cells,
           # cells are generated per variant, step count and suite, so a run that adds some reuses the others
-          resume_varies=("benchmark.suites", "benchmark.steps", "benchmark.variants", "benchmark.geneval",
-                         "benchmark.dpg", "benchmark.hpsv2_versions", "reward_models"),
+          resume_varies=("benchmark.suites", "benchmark.steps", "benchmark.variants", "benchmark.models",
+                         "benchmark.geneval", "benchmark.dpg", "benchmark.hpsv2_versions", "reward_models"),
           metrics={"metrics/benchmark.json": benchmark_json,
                    "reports/benchmarks.md": benchmark_report},
           records=("reports/benchmarks.md",), images={"metrics/plots/benchmark_steps.png": benchmark_steps_png}),

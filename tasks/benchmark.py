@@ -1,6 +1,7 @@
-"""The benchmark stage's work: every variant × step count × suite generated with the project's sampler in cells
-(tasks/cells.py: resumable, shardable), then each cell scored (tasks/benchmark_scores.py), beside the reward
-server when ImageReward or HPS is asked for (the stage context's `reward_server`).
+"""The benchmark stage's work: every variant (and each model of benchmark.models, under the base schedule) × step
+count × suite generated with the project's sampler in cells (tasks/cells.py: resumable, shardable), then each cell
+scored (tasks/benchmark_scores.py), beside the reward server when ImageReward or HPS is asked for (the stage
+context's `reward_server`).
 
 Images are generated into the stage's state folder (runs/benchmark/<identity>/cells), which outlives a crash and
 is shared by the runs that differ only in suites, step counts, variants or scorer settings; the stage's output
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
+from cogrpo.backbones.snapshot import snapshot_folder
 from cogrpo.benchmarks.steps import steps_saved, steps_to_reach
 from cogrpo.config import SUITES, Params
 from cogrpo.core.schedule import resolve_schedule
@@ -61,6 +63,8 @@ def cell_folder(root: Path, variant: str, steps: int, suite: str) -> Path:
 def benchmark_cells(params: Params, inputs: dict[str, Path], state_dir: Path) -> list[Cell]:
     """The benchmark stage's cells under its state folder, model by model (each model loaded once)."""
     cfg = params.benchmark
+    external = {variant: snapshot_folder(folder, params.model.backbone)  # a missing one fails now, in one line
+                for variant, folder in cfg.external().items()}
     suites = [load_suite(s, params, inputs["prompts"]) for s in cfg.suites]
     models = sorted({v.split("-")[0] for v in cfg.variants})
     cells = []
@@ -71,7 +75,19 @@ def benchmark_cells(params: Params, inputs: dict[str, Path], state_dir: Path) ->
                                  else (resolve_schedule(params.schedule, None, steps), None))
                 cells += [Cell(cell_folder(state_dir / "cells", variant, steps, suite.name), suite, knobs, model,
                                policy) for suite in suites]
+    for variant, folder in external.items():  # benchmark.models: each under the base schedule
+        for steps in cfg.steps:
+            knobs = resolve_schedule(params.schedule, None, steps)
+            cells += [Cell(cell_folder(state_dir / "cells", variant, steps, suite.name), suite, knobs,
+                           split_variant(variant)[0], snapshot=str(folder)) for suite in suites]
     return cells
+
+
+def split_variant(variant: str) -> tuple[str, str]:
+    """(model, schedule) of a variant: 'trained-learned' → ('trained', 'learned'); a model of benchmark.models
+    keeps the dashes of its folder's name."""
+    model, schedule = variant.rsplit("-", 1)
+    return model, schedule
 
 
 # suite → its scorer, (params, suite, cell, dest) → metrics, or for a suite scored by the reward server,
@@ -109,16 +125,16 @@ def benchmark_stage(params: Params, inputs: dict[str, Path], out: Path, ctx: Sta
     cfg, cells = params.benchmark, ctx.state_dir / "cells"
     wait_for_cells(params, inputs, benchmark_cells(params, inputs, ctx.state_dir), report=ctx.report, root=cells)
     suites = {s: load_suite(s, params, inputs["prompts"]) for s in cfg.suites}
-    rows, n_cells, done = [], len(cfg.variants) * len(cfg.steps) * len(suites), 0
+    rows, n_cells, done = [], len(cfg.all_variants()) * len(cfg.steps) * len(suites), 0
     with ctx.reward_server(benchmark_reward_terms(params)) as (url, _):
-        for variant in cfg.variants:
+        for variant in cfg.all_variants():
             for steps in cfg.steps:
                 for name, suite in suites.items():
                     cell, dest = cell_folder(cells, variant, steps, name), cell_folder(out, variant, steps, name)
                     link_images(cell, dest / "images")
                     served = (url,) if name in SERVED else ()
                     metrics = SCORERS[name](params, suite, cell, dest, *served)
-                    model, schedule = variant.split("-")
+                    model, schedule = split_variant(variant)
                     rows += [{"suite": name, "metric": m, "steps": steps, "variant": variant, "model": model,
                               "schedule": schedule, "value": v} for m, v in metrics.items()]
                     done += 1

@@ -51,16 +51,27 @@ class Suite:
 
 @dataclass(frozen=True)
 class Cell:
-    """One cell to generate: its folder, prompts, (T, 4) schedule, and the stage input holding its model. With a
-    conditioned policy (a trained model's ModelFolder.prompt_policy or state_policy), each prompt's schedule is the
-    policy's for that prompt (a state policy's: chosen step by step), carried to the step count of `knobs` (then
-    the base schedule at that count)."""
+    """One cell to generate: its folder, prompts, (T, 4) schedule, and the stage input holding its model, or with
+    `snapshot` a snapshot folder (benchmark.models) that `model` names. With a conditioned policy (a trained
+    model's ModelFolder.prompt_policy or state_policy), each prompt's schedule is the policy's for that prompt (a
+    state policy's: chosen step by step), carried to the step count of `knobs` (then the base schedule at that
+    count)."""
 
     folder: Path
     suite: Suite
     knobs: torch.Tensor
     model: str
     policy: Path | None = None
+    snapshot: str | None = None
+
+
+def cell_generator(params: Params, inputs: dict[str, Path], cell: Cell) -> Generator:
+    """The generator of a cell's model: the stage input it names, or its snapshot folder loaded as model.pretrained
+    with no adapters (lora_rank 0 here only skips adding untrained adapters: it decodes, never trains)."""
+    if cell.snapshot is None:
+        return load_generator(params.model, {"model": inputs[cell.model], "tokenizer": inputs["tokenizer"]})
+    cfg = params.model.model_copy(update={"pretrained": cell.snapshot, "lora_rank": 0})
+    return load_generator(cfg, {"tokenizer": inputs["tokenizer"]})
 
 
 def model_schedule(params: Params, model: Path, steps: int | None = None) -> tuple[torch.Tensor, Path | None]:
@@ -210,8 +221,7 @@ def generate_cells(params: Params, inputs: dict[str, Path], cells: list[Cell], s
         if cell.model not in loaded:
             loaded.clear()  # one model in memory at a time (cells come model by model)
             torch.set_num_threads(params.threads)
-            loaded[cell.model] = load_generator(params.model, {"model": inputs[cell.model],
-                                                               "tokenizer": inputs["tokenizer"]})
+            loaded[cell.model] = cell_generator(params, inputs, cell)
         total = batches(cell.suite, batch_prompts)
         ran[name] = generate_cell(loaded[cell.model], cell.suite, cell.knobs, params.eval.seed, batch_prompts,
                                   cell.folder, shard, shards,

@@ -491,6 +491,14 @@ class BenchmarkConfig(_Section):
         default_factory=lambda: ["base-base", "trained-base", "trained-learned"], min_length=1,
         description="model-schedule pairs: the base (pretrained) or trained model, under the base schedule or the "
         "learned one (the trained model folder's schedule.json).")
+    models: list[str] = Field(
+        default_factory=list, exclude_if=lambda v: not v,
+        description="aMUSEd, Meissonic: more models benchmarked beside the variants, each a snapshot folder in the "
+        "layout of model.pretrained (e.g. the published rpzhou/Co-GRPO-Meissonic-1B once downloaded, or an export of "
+        "pipelines.export), loaded as model.pretrained with no adapters and decoded under the base schedule as variant "
+        "'<folder name>-base' (model: the folder's name, which must differ between them and from 'base' and "
+        "'trained'). A folder is known by its path: new weights written into the same folder are not seen by the "
+        "stage's cache; give them a new folder.")
     max_prompts: int | None = Field(None, ge=1, exclude_if=lambda v: v is None,
                                     description="At most this many prompts per suite (the first ones): quick runs.")
     samples_per_prompt: BenchmarkSamples = BenchmarkSamples()
@@ -505,6 +513,24 @@ class BenchmarkConfig(_Section):
         if len(set(v)) < len(v) or min(v) < 1:
             raise ValueError(f"{v}: step counts ≥ 1, distinct")
         return v
+
+    @field_validator("models")
+    @classmethod
+    def _models_named_apart(cls, v: list[str]) -> list[str]:
+        names = [Path(f).name for f in v]
+        clash = [n for i, n in enumerate(names) if n in ("base", "trained", "") or n in names[:i]]
+        if clash:
+            raise ValueError(f"{v}: each folder's name is its model's in the variants ('<name>-base'): distinct, "
+                             f"not 'base' or 'trained' (clash: {clash[0]!r})")
+        return v
+
+    def external(self) -> dict[str, str]:
+        """Variant → snapshot folder of each of `models`."""
+        return {f"{Path(f).name}-base": f for f in self.models}
+
+    def all_variants(self) -> list[str]:
+        """The variants, then one per model of `models`."""
+        return [*self.variants, *self.external()]
 
 
 class Params(_Section):
@@ -538,6 +564,9 @@ class Params(_Section):
             if steps > cells:
                 raise ValueError(f"{where} = {steps} exceeds the {cells} tokens of a {self.world.grid}x{self.world.grid} grid")
         published = [s for s in self.benchmark.suites if not s.startswith("embedded")]
+        if self.benchmark.models and self.model.backbone == "embedded":
+            raise ValueError("benchmark.models: snapshot folders need a backbone that loads them (model.backbone: "
+                             "amused or meissonic)")
         if published and self.model.backbone == "embedded":
             raise ValueError(f"benchmark.suites {published}: the published benchmarks' prompts need a backbone that "
                              "reads any text (model.backbone: amused or meissonic); the embedded model knows its "

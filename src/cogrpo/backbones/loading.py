@@ -20,7 +20,7 @@ POINTER = "generator.json"
 
 def load_generator(cfg: ModelConfig, inputs: dict[str, Path]) -> Generator:
     """embedded: the MDM in inputs["model"], decoding through inputs["tokenizer"]. amused, meissonic:
-    model.pretrained, with the trained weights in inputs["model"] when it holds any."""
+    model.pretrained, with the trained weights in inputs["model"] when there is one and it holds any."""
     if cfg.backbone == "embedded":
         from cogrpo.backbones.embedded import EmbeddedGenerator
 
@@ -32,7 +32,7 @@ def load_generator(cfg: ModelConfig, inputs: dict[str, Path]) -> Generator:
     else:
         from cogrpo.backbones.amused import AmusedGenerator as Pretrained
     gen = Pretrained(snapshot_folder(cfg.pretrained, cfg.backbone), cfg)
-    if has_trained_weights(Path(inputs["model"])):
+    if "model" in inputs and has_trained_weights(Path(inputs["model"])):
         gen.load_trained(Path(inputs["model"]))
     return gen
 

@@ -87,16 +87,19 @@ def _tiny_parts(max_length: int) -> tuple[dict, dict, dict]:
     return text, transformer, TINY_VQVAE
 
 
+# aMUSEd's VQ-GAN (diffusers' scripts/convert_amused.py), shared with tiny_meissonic's published size
+PUBLISHED_VQVAE = dict(act_fn="silu", block_out_channels=[128, 256, 256, 512, 768],
+                       down_block_types=["DownEncoderBlock2D"] * 5, up_block_types=["UpDecoderBlock2D"] * 5,
+                       in_channels=3, out_channels=3, latent_channels=64, layers_per_block=2, norm_num_groups=32,
+                       num_vq_embeddings=8192, sample_size=32, mid_block_add_attention=False, lookup_from_codebook=True)
+
+
 def _published_parts(size: int) -> tuple[dict, dict, dict]:
     text = dict(vocab_size=49408, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
                 num_attention_heads=12, projection_dim=768, max_position_embeddings=77)
     down = size == 512
     transformer = dict(sample_size=size // 16, downsample=down, upsample=down)  # the rest: UVit2DModel's defaults
-    vqvae = dict(act_fn="silu", block_out_channels=[128, 256, 256, 512, 768], down_block_types=["DownEncoderBlock2D"] * 5,
-                 up_block_types=["UpDecoderBlock2D"] * 5, in_channels=3, out_channels=3, latent_channels=64,
-                 layers_per_block=2, norm_num_groups=32, num_vq_embeddings=8192, sample_size=32,
-                 mid_block_add_attention=False, lookup_from_codebook=True)
-    return text, transformer, vqvae
+    return text, transformer, PUBLISHED_VQVAE
 
 
 def make_tiny_amused(folder: str | Path, seed: int = 0, size: str = "tiny") -> Path:
