@@ -44,8 +44,9 @@ class _Section(BaseModel):
         return value
 
     def result_dump(self) -> dict:
-        """The fields that change what a stage computes (JSON-ready), for cache keys."""
-        return {k: v for k, v in self.model_dump(mode="json").items()
+        """The fields that change what a stage computes (JSON-ready), for cache keys; nested sections alike."""
+        return {k: getattr(self, k).result_dump() if isinstance(getattr(self, k), _Section) else v
+                for k, v in self.model_dump(mode="json").items()
                 if (type(self).model_fields[k].json_schema_extra or {}).get("affects_result", True)}
 
 
@@ -433,12 +434,19 @@ SUITES: tuple[str, ...] = get_args(SuiteName)
 Variant = Literal["base-base", "trained-base", "trained-learned"]
 
 
+GENEVAL_TIMEOUT_S = 3600.0  # generous for one cell; a stuck evaluator still ends
+
+
 class GenEvalScorer(_Section):
     command: str | None = Field(
         None, description="GenEval's evaluator as a shell command, run where the user installed GenEval (its object "
         "detector and colour classifier), with {images} (the folder in GenEval's layout) and {results} (the "
         "results.jsonl it must write) filled in, e.g. 'cd ~/geneval && python evaluation/evaluate_images.py "
         "{images} --outfile {results} --model-path ~/geneval/models'. None: the geneval suite cannot be scored.")
+    timeout_s: float = Field(
+        GENEVAL_TIMEOUT_S, gt=0, json_schema_extra=NOT_RESULT, exclude_if=lambda v: v == GENEVAL_TIMEOUT_S,
+        description="Longest run of the evaluator command on one cell; past it the command (its whole process "
+        "group) is killed and the cell's scoring fails with one line.")
 
 
 class DPGScorer(_Section):
