@@ -211,7 +211,7 @@ def generate_cells(params: Params, inputs: dict[str, Path], cells: list[Cell], s
             loaded.clear()  # one model in memory at a time (cells come model by model)
             torch.set_num_threads(params.threads)
             loaded[cell.model] = load_generator(params.model, {"model": inputs[cell.model],
-                                                               "tokenizer": inputs["tokenizer"]})
+                                                               "tokenizer": inputs["tokenizer"]}, params.world)
         total = batches(cell.suite, batch_prompts)
         ran[name] = generate_cell(loaded[cell.model], cell.suite, cell.knobs, params.eval.seed, batch_prompts,
                                   cell.folder, shard, shards,
