@@ -3,8 +3,8 @@ per-image or per-prompt records next to the images and returns {metric: value}.
 
 embedded     the world's exact checker; results.jsonl holds GenEval's six tags' rows (GenEval's summary script on it
              prints metrics' geneval.overall), results_dpg.jsonl the DPG-style rows.
-geneval      GenEval's own evaluator, an external command (benchmark.geneval.command), writes results.jsonl; the
-             summary is GenEval's summary_scores.py's, computed from that file.
+geneval      GenEval's own evaluator, an external command (benchmark.geneval.command, stopped after its timeout_s),
+             writes results.jsonl, read strictly; the summary is GenEval's summary_scores.py's, computed from it.
 dpg          a VQA model answers DPG's questions on each sample (the four samples are the 2×2 grid's tiles).
 imagereward, hpsv2   the reward server (reward_server/), one score per image; summaries as their benchmarks'.
 """
@@ -12,7 +12,9 @@ imagereward, hpsv2   the reward server (reward_server/), one score per image; su
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import signal
 import subprocess
 from pathlib import Path
 
@@ -44,27 +46,67 @@ def score_embedded(params: Params, suite: Suite, cell: Path, out: Path) -> dict[
 
 
 def score_geneval(params: Params, suite: Suite, cell: Path, out: Path) -> dict[str, float]:
-    command = params.benchmark.geneval.command
-    if not command:
+    cfg = params.benchmark.geneval
+    if not cfg.command:
         raise InputError("benchmark.geneval.command: not set; GenEval's evaluator (its object detector and colour "
                          "classifier) scores the geneval suite, where you installed it")
     results = (out / "results.jsonl").resolve()
-    filled = command.replace("{images}", shlex.quote(str((cell / "images").resolve()))).replace(
+    filled = cfg.command.replace("{images}", shlex.quote(str((cell / "images").resolve()))).replace(
         "{results}", shlex.quote(str(results)))
-    done = subprocess.run(filled, shell=True, capture_output=True, text=True)
-    if done.returncode != 0 or not results.is_file():
-        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise InputError(f"benchmark.geneval.command exited {done.returncode} without writing {results}: {last[0]}")
+    code, output = _run_evaluator(filled, cfg.timeout_s)
+    if code != 0 or not results.is_file():
+        last = output.strip().splitlines()[-1:] or ["no output"]
+        raise InputError(f"benchmark.geneval.command exited {code} without writing {results}: {last[0]}")
+    return {f"geneval.{k}": v for k, v in geneval_summary(read_geneval_results(results, suite)).items()}
+
+
+def _run_evaluator(command: str, timeout_s: float) -> tuple[int, str]:
+    """(exit status, stderr or else stdout) of the shell command, in a process group of its own so that a
+    timeout or an interrupt ends the shell's children too (`cd ~/geneval && python …` outlives a killed shell)."""
+    proc = subprocess.Popen(command, shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise InputError(f"benchmark.geneval.command: still running after benchmark.geneval.timeout_s = "
+                         f"{timeout_s:g} s, stopped") from None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    return proc.returncode, stderr or stdout
+
+
+def read_geneval_results(results: Path, suite: Suite) -> list[dict]:
+    """The evaluator's rows, read strictly: one per image of the cell (its `filename` ends in GenEval's
+    <prompt:05d>/samples/<sample:04d>.png), `correct` a JSON boolean (bool("false") would count as correct), the
+    tag of that prompt's spec. Rows are keyed {"tag", "correct", "metadata": the prompt's folder}, as
+    geneval_summary reads them (GenEval groups a prompt's images by their metadata: one prompt, one folder)."""
+    tags = {f"{p:05d}/samples/{j:04d}.png": meta["tag"] for p, meta in enumerate(suite.metadata)
+            for j in range(suite.samples)}
+    line_of: dict[str, int] = {}
     rows = []
     for n, line in enumerate(results.read_text().splitlines(), 1):
         try:
             row = json.loads(line)
-            rows.append({"tag": row["tag"], "correct": bool(row["correct"]), "metadata": row["metadata"]})
+            image, tag, correct = "/".join(Path(row["filename"]).parts[-3:]), row["tag"], row["correct"]
         except (ValueError, KeyError, TypeError) as err:
             raise InputError(f"{results}:{n}: not a GenEval results row ({type(err).__name__}: {err})") from None
-    if len(rows) != len(suite.prompts) * suite.samples:
-        raise InputError(f"{results}: {len(rows)} rows for {len(suite.prompts) * suite.samples} images")
-    return {f"geneval.{k}": v for k, v in geneval_summary(rows).items()}
+        if not isinstance(correct, bool):
+            raise InputError(f"{results}:{n}: correct is {json.dumps(correct)}, not a JSON boolean (true or false)")
+        if image not in tags:
+            raise InputError(f"{results}:{n}: {row['filename']!r} is no image of this cell ({len(suite.prompts)} "
+                             f"prompts × {suite.samples} samples, <prompt:05d>/samples/<sample:04d>.png)")
+        if image in line_of:
+            raise InputError(f"{results}:{n}: a second row for {image} (the first is line {line_of[image]})")
+        if tag != tags[image]:
+            raise InputError(f"{results}:{n}: tag {tag!r} for {image}, whose spec's tag is {tags[image]!r}")
+        line_of[image] = n
+        rows.append({"tag": tag, "correct": correct, "metadata": image.split("/")[0]})
+    missing = [image for image in tags if image not in line_of]
+    if missing:
+        raise InputError(f"{results}: no row for {len(missing)} of {len(tags)} images (first: {missing[0]})")
+    return rows
 
 
 def score_dpg(params: Params, suite: Suite, cell: Path, out: Path) -> dict[str, float]:

@@ -69,7 +69,8 @@ def cell_generator(params: Params, inputs: dict[str, Path], cell: Cell) -> Gener
     """The generator of a cell's model: the stage input it names, or its snapshot folder loaded as model.pretrained
     with no adapters (lora_rank 0 here only skips adding untrained adapters: it decodes, never trains)."""
     if cell.snapshot is None:
-        return load_generator(params.model, {"model": inputs[cell.model], "tokenizer": inputs["tokenizer"]})
+        return load_generator(params.model, {"model": inputs[cell.model], "tokenizer": inputs["tokenizer"]},
+                              params.world)
     cfg = params.model.model_copy(update={"pretrained": cell.snapshot, "lora_rank": 0})
     return load_generator(cfg, {"tokenizer": inputs["tokenizer"]})
 

@@ -44,7 +44,7 @@ def run_eval(params: Params, model_dir: Path, tokenizer_dir: Path, prompts_file:
     torch.set_num_threads(params.threads)
     specs = read_specs(prompts_file)
     validate_embedded(specs, params.world, prompts_file)  # every row against the world, before generating
-    gen = load_generator(params.model, {"model": model_dir, "tokenizer": tokenizer_dir})
+    gen = load_generator(params.model, {"model": model_dir, "tokenizer": tokenizer_dir}, params.world)
     cfg = params.eval
     return evaluate(gen, Checker(World(params.world)), specs, knobs, cfg.samples_per_prompt, cfg.seed,
                     cfg.batch_prompts, on_batch=lambda done, total: report(label, done, total))

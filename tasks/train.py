@@ -68,7 +68,7 @@ class TrainingSession:
         if cfg.prompts_per_iter > len(self.specs):
             raise InputError(f"train.prompts_per_iter = {cfg.prompts_per_iter} exceeds the {len(self.specs)} "
                              f"training prompts of {inputs['prompts'] / 'train.parquet'}")
-        self.generator = load_generator(params.model, inputs)
+        self.generator = load_generator(params.model, inputs, params.world)
         bases = {T: base_knobs(params.schedule.model_copy(update={"steps": T}))
                  for T in [params.schedule.steps, *cfg.extra_steps]}
         self.trainer = CoGRPO(self.generator, bases, cfg, ranks, pretraining_anchor(params, inputs, self.generator)

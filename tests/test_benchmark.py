@@ -124,6 +124,69 @@ def test_geneval_is_scored_by_the_external_evaluator_and_summarized_as_geneval_d
         score_geneval(amused_params(), suite, cell, out)
 
 
+TWO_PROMPTS = Suite("geneval", ["a photo of a bench", "a photo of two cows"],
+                    [{"tag": "single_object", "prompt": "a photo of a bench"},
+                     {"tag": "counting", "prompt": "a photo of two cows"}], 2)
+
+
+def results_rows(suite: Suite = TWO_PROMPTS) -> list[dict]:
+    """A well-formed results.jsonl's rows for the suite (GenEval's filename is the image's full path)."""
+    return [{"filename": f"/abs/images/{p:05d}/samples/{j:04d}.png", "tag": meta["tag"], "prompt": meta["prompt"],
+             "correct": j == 0, "reason": "", "metadata": json.dumps(meta)}
+            for p, meta in enumerate(suite.metadata) for j in range(suite.samples)]
+
+
+@pytest.mark.parametrize("fault, message", [
+    (lambda rows: rows[1].update(correct="false"), r"results.jsonl:2: correct is \"false\", not a JSON boolean"),
+    (lambda rows: rows[1].update(correct=0), r"results.jsonl:2: correct is 0, not a JSON boolean"),
+    (lambda rows: rows.insert(3, dict(rows[2])), r"results.jsonl:4: a second row for 00001/samples/0000.png "
+     r"\(the first is line 3\)"),
+    (lambda rows: rows.pop(2), r"results.jsonl: no row for 1 of 4 images \(first: 00001/samples/0000.png\)"),
+    (lambda rows: rows.append(dict(rows[0], filename="/abs/images/00002/samples/0000.png")),
+     r"results.jsonl:5: '/abs/images/00002/samples/0000.png' is no image of this cell \(2 prompts × 2 samples"),
+    (lambda rows: rows[3].update(tag="colors"),
+     r"results.jsonl:4: tag 'colors' for 00001/samples/0001.png, whose spec's tag is 'counting'"),
+], ids=["string-false", "number", "duplicated", "missing", "extra", "wrong-tag"])
+def test_genevals_results_are_read_strictly_one_boolean_row_per_image_with_its_specs_tag(tmp_path, fault, message):
+    from tasks.benchmark_scores import read_geneval_results
+
+    results = tmp_path / "results.jsonl"
+    rows = results_rows()
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [(r["tag"], r["correct"]) for r in read_geneval_results(results, TWO_PROMPTS)] == [
+        ("single_object", True), ("single_object", False), ("counting", True), ("counting", False)]
+    fault(rows)
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(InputError, match=message) as err:
+        read_geneval_results(results, TWO_PROMPTS)
+    assert "\n" not in str(err.value)
+
+
+def test_a_geneval_evaluator_past_its_timeout_is_stopped_with_its_children(tmp_path):
+    import os
+    import time
+
+    from tasks.benchmark_scores import score_geneval
+
+    pid_file = tmp_path / "child.pid"
+    params = amused_params(geneval={"command": f"sleep 60 & echo $! > {pid_file}; wait; echo {{images}} {{results}}",
+                                    "timeout_s": 1})
+    start = time.monotonic()
+    with pytest.raises(InputError, match=r"^benchmark.geneval.command: still running after "
+                                         r"benchmark.geneval.timeout_s = 1 s, stopped$"):
+        score_geneval(params, TWO_PROMPTS, tmp_path / "cell", tmp_path)
+    assert time.monotonic() - start < 10
+    child = int(pid_file.read_text())
+    for _ in range(50):  # the shell's child (a detector run) is killed too, not left behind
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the evaluator's child {child} outlived the timeout")
+
+
 def test_genevals_summary_is_the_mean_over_tags_of_each_tags_image_accuracy():
     rows = ([{"tag": "counting", "correct": c, "metadata": f"c{i // 2}"} for i, c in enumerate([1, 0, 0, 0])]
             + [{"tag": "colors", "correct": c, "metadata": f"k{i}"} for i, c in enumerate([1, 1])])
@@ -235,7 +298,7 @@ def test_the_state_folder_keeps_images_only_while_what_makes_them_is_unchanged(t
     base = parse_params({})
     folder = lambda params, inputs=inputs: state_folder("benchmark", params, inputs, str(tmp_path))  # noqa: E731
     same = {"benchmark.suites": ["embedded"], "benchmark.steps": [3], "benchmark.variants": ["trained-base"],
-            "eval.shards": 4}
+            "eval.shards": 4, "benchmark.geneval.timeout_s": 60}
     changed = {"benchmark.max_prompts": 3, "benchmark.samples_per_prompt.geneval": 2, "eval.seed": 5,
                "eval.batch_prompts": 8, "schedule.cfg": 2.0, "model.dim": 64}
     from cogrpo.config import with_overrides

@@ -21,6 +21,12 @@ def test_repo_params_are_valid():
     ({"schedule": {"ratio_curve": "zigzag"}}, "schedule.ratio_curve", "'cosine'"),
     ({"bogus": 1}, "bogus", "unknown key"),
     ({"sweep": [{"name": "x", "cfg": 0}]}, "sweep.0.cfg", "greater than 0"),
+    # cross-field rules of one section name their keys in the message (a traceback at the first update before)
+    ({"train": {"sigma_floor": 0.15}}, "train", "train.sigma_floor = 0.15 must be below train.sigma_init = 0.15"),
+    ({"train": {"group_size": 100000}}, "train", "train.group_size 100000 = 1600000 trajectories per process and "
+     "iteration, above the bound of 4096"),
+    ({"train": {"prompts_per_iter": 1289}}, "train", "train.prompts_per_iter 1289 ÷ train.processes 1 × "
+     "train.group_size 8 = 10312 trajectories"),
 ])
 def test_schema_errors_name_the_key(raw, key, words):
     with pytest.raises(ParamsError) as err:
@@ -91,3 +97,11 @@ def test_reward_aggregation_and_optional_terms_at_their_defaults_leave_params_ha
     assert chosen.result_dump()["rewards"][0]["required"] is False
     with pytest.raises(ParamsError, match=r"key 'train.reward_aggregation': Input should be 'sum' or 'advantage'"):
         parse_params({"train": {"reward_aggregation": "mean"}})
+
+
+def test_the_rollout_bound_counts_one_process_share():
+    from cogrpo.config import MAX_ROLLOUT
+
+    assert parse_params({"train": {"prompts_per_iter": 2 * MAX_ROLLOUT // 8, "processes": 2}}).train.group_size == 8
+    with pytest.raises(ParamsError, match=f"= {MAX_ROLLOUT + 8} trajectories per process"):
+        parse_params({"train": {"prompts_per_iter": 2 * MAX_ROLLOUT // 8 + 2, "processes": 2}})

@@ -45,3 +45,25 @@ def test_condition_dropout_removes_the_prompt():
     assert not torch.allclose(cond[0], cond[1])
     uncond = m(tokens, text, mask, drop=torch.tensor([True, True]))
     assert torch.allclose(uncond[0], uncond[1], atol=1e-6)
+
+
+@pytest.mark.parametrize("world, message", [
+    ({"grid": 3}, r"ckpt/config.json: made for grid 4, but params' world.grid is 3: rebuild it"),
+    ({"cell_px": 16}, r"tok/tokenizer.json: made for cell 12, but params' world.cell_px is 16: rebuild it"),
+])
+def test_a_model_made_for_another_world_is_refused_at_load(tmp_path, world, message):
+    """world.grid 3 against a grid-4 base model trained on a reward of ≈ 0 and exported with rc 0 (issue 29)."""
+    import numpy as np
+
+    from cogrpo.backbones.loading import load_generator
+    from cogrpo.config import ModelConfig, WorldConfig
+    from cogrpo.world.tokenizer import Tokenizer
+
+    MDM(CFG).save(tmp_path / "ckpt")
+    masks = np.ones((CFG.n_shapes, 12, 12), bool)
+    Tokenizer(4, 12, np.zeros((1 + CFG.n_colors, 3)), 0, masks).save(tmp_path / "tok")
+    inputs = {"model": tmp_path / "ckpt", "tokenizer": tmp_path / "tok"}
+    assert load_generator(ModelConfig(), inputs, WorldConfig()).n_tokens == 16
+    with pytest.raises(InputError, match=message) as err:
+        load_generator(ModelConfig(), inputs, WorldConfig(**world))
+    assert "\n" not in str(err.value)

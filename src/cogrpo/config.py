@@ -44,8 +44,9 @@ class _Section(BaseModel):
         return value
 
     def result_dump(self) -> dict:
-        """The fields that change what a stage computes (JSON-ready), for cache keys."""
-        return {k: v for k, v in self.model_dump(mode="json").items()
+        """The fields that change what a stage computes (JSON-ready), for cache keys; nested sections alike."""
+        return {k: getattr(self, k).result_dump() if isinstance(getattr(self, k), _Section) else v
+                for k, v in self.model_dump(mode="json").items()
                 if (type(self).model_fields[k].json_schema_extra or {}).get("affects_result", True)}
 
 
@@ -312,6 +313,9 @@ class ValidationConfig(_Section):
                              "fall in an eligible checkpoint.")
 
 
+MAX_ROLLOUT = 4096  # trajectories one process rolls out in an iteration (TrainConfig.group_size: why)
+
+
 class TrainConfig(_Section):
     mode: Mode = Field(
         "co", description="What Co-GRPO trains: 'co' model and schedule, both in every update; 'alternate' both, "
@@ -321,8 +325,12 @@ class TrainConfig(_Section):
                                        description="The phases of mode 'alternate' (read only there).")
     seed: int = Field(0, description="Seed of prompt draws, schedule actions and sampling noise.")
     iterations: int = Field(40, ge=1, description="Rollout → score → update iterations.")
-    prompts_per_iter: int = Field(16, ge=1, description="B: prompts per iteration.")
-    group_size: int = Field(8, ge=2, description="G: trajectories per prompt, the GRPO group.")
+    prompts_per_iter: int = Field(16, ge=1, description="B: prompts per iteration (see group_size for a bound).")
+    group_size: int = Field(
+        8, ge=2, description="G: trajectories per prompt, the GRPO group. A process rolls out its B ÷ processes "
+        "prompts' groups at once and holds them all (micro_batch bounds only the update), so B ÷ processes × G "
+        f"above {MAX_ROLLOUT} is refused: a sanity bound, not a memory estimate (10 312 ran the embedded world "
+        "past 6 GB of RAM; a large backbone may need far fewer).")
     lr_model: float = Field(1e-4, gt=0, description="Adam learning rate of the model θ.")
     lr_schedule: float = Field(0.1, gt=0, description="Adam learning rate of the schedule policy φ.")
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip ε of the ratio.")
@@ -391,6 +399,22 @@ class TrainConfig(_Section):
         "weights say and a term constant within a group adds nothing there (docs/rewards.md).")
 
     @model_validator(mode="after")
+    def _sigma_starts_above_its_floor(self) -> "TrainConfig":
+        if self.sigma_floor >= self.sigma_init:
+            raise ValueError(f"train.sigma_floor = {self.sigma_floor:g} must be below train.sigma_init = "
+                             f"{self.sigma_init:g}: the schedule policy's std starts at sigma_init, above its floor")
+        return self
+
+    @model_validator(mode="after")
+    def _rollout_fits(self) -> "TrainConfig":
+        rollout = -(-self.prompts_per_iter // self.processes) * self.group_size
+        if rollout > MAX_ROLLOUT:
+            raise ValueError(f"train.prompts_per_iter {self.prompts_per_iter} ÷ train.processes {self.processes} × "
+                             f"train.group_size {self.group_size} = {rollout} trajectories per process and iteration, "
+                             f"above the bound of {MAX_ROLLOUT} (train.group_size's description says why)")
+        return self
+
+    @model_validator(mode="after")
     def _some_reward(self) -> "TrainConfig":
         if not any(term.weight > 0 for term in self.rewards):
             raise ValueError("every reward weight is 0: the training reward would be 0")
@@ -442,12 +466,19 @@ SUITES: tuple[str, ...] = get_args(SuiteName)
 Variant = Literal["base-base", "trained-base", "trained-learned"]
 
 
+GENEVAL_TIMEOUT_S = 3600.0  # generous for one cell; a stuck evaluator still ends
+
+
 class GenEvalScorer(_Section):
     command: str | None = Field(
         None, description="GenEval's evaluator as a shell command, run where the user installed GenEval (its object "
         "detector and colour classifier), with {images} (the folder in GenEval's layout) and {results} (the "
         "results.jsonl it must write) filled in, e.g. 'cd ~/geneval && python evaluation/evaluate_images.py "
         "{images} --outfile {results} --model-path ~/geneval/models'. None: the geneval suite cannot be scored.")
+    timeout_s: float = Field(
+        GENEVAL_TIMEOUT_S, gt=0, json_schema_extra=NOT_RESULT, exclude_if=lambda v: v == GENEVAL_TIMEOUT_S,
+        description="Longest run of the evaluator command on one cell; past it the command (its whole process "
+        "group) is killed and the cell's scoring fails with one line.")
 
 
 class DPGScorer(_Section):

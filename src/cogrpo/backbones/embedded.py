@@ -13,7 +13,9 @@ from torch import nn
 
 from cogrpo.backbones.mdm import MDM
 from cogrpo.backbones.text import TextEncoder
+from cogrpo.config import WorldConfig
 from cogrpo.core.generator import Condition
+from cogrpo.errors import InputError
 from cogrpo.world.tokenizer import Tokenizer
 
 
@@ -26,9 +28,13 @@ class EmbeddedGenerator(nn.Module):
         self.prompt_feature_dim = model.cfg.text_dim
 
     @classmethod
-    def load(cls, model_dir: str | Path, tokenizer_dir: str | Path) -> "EmbeddedGenerator":
-        model = MDM.load(model_dir)
-        return cls(model, TextEncoder(model.cfg.text_encoder, model.cfg.max_text_tokens), Tokenizer.load(tokenizer_dir))
+    def load(cls, model_dir: str | Path, tokenizer_dir: str | Path,
+             world: WorldConfig | None = None) -> "EmbeddedGenerator":
+        """The model and its tokenizer; with `world`, refused (one line) where either was made for another board."""
+        model, tokenizer = MDM.load(model_dir), Tokenizer.load(tokenizer_dir)
+        if world is not None:
+            _require_board(world, model, tokenizer, Path(model_dir), Path(tokenizer_dir))
+        return cls(model, TextEncoder(model.cfg.text_encoder, model.cfg.max_text_tokens), tokenizer)
 
     def encode(self, prompts: list[str]) -> Condition:
         text, mask = self.text.encode(prompts)
@@ -61,3 +67,15 @@ class EmbeddedGenerator(nn.Module):
 
     def export(self, folder: Path) -> None:
         self.model.save(folder)
+
+
+def _require_board(world: WorldConfig, model: MDM, tokenizer: Tokenizer, model_dir: Path, tokenizer_dir: Path) -> None:
+    """A model or tokenizer of another grid or cell size decodes scenes the world's checker reads on the wrong
+    board: every reward ≈ 0, trained on and exported without an error (issue 29)."""
+    made = [(model_dir / "config.json", "grid", model.cfg.grid, "world.grid", world.grid),
+            (tokenizer_dir / "tokenizer.json", "grid", tokenizer.grid, "world.grid", world.grid),
+            (tokenizer_dir / "tokenizer.json", "cell", tokenizer.cell, "world.cell_px", world.cell_px)]
+    for file, field, value, key, wanted in made:
+        if value != wanted:
+            raise InputError(f"{file}: made for {field} {value}, but params' {key} is {wanted}: rebuild it for this "
+                             "world (dvc repro pretrain: the tokenizer and base model)")

@@ -11,20 +11,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cogrpo.config import ModelConfig
+from cogrpo.config import ModelConfig, WorldConfig
 from cogrpo.core.generator import Generator
 from cogrpo.io import content_hash
 
 POINTER = "generator.json"
 
 
-def load_generator(cfg: ModelConfig, inputs: dict[str, Path]) -> Generator:
-    """embedded: the MDM in inputs["model"], decoding through inputs["tokenizer"]. amused, meissonic:
-    model.pretrained, with the trained weights in inputs["model"] when there is one and it holds any."""
+def load_generator(cfg: ModelConfig, inputs: dict[str, Path], world: WorldConfig | None = None) -> Generator:
+    """embedded: the MDM in inputs["model"], decoding through inputs["tokenizer"] (with `world`, as the stages
+    pass it, refused where they were made for another board). amused, meissonic: model.pretrained, with the
+    trained weights in inputs["model"] when there is one and it holds any."""
     if cfg.backbone == "embedded":
         from cogrpo.backbones.embedded import EmbeddedGenerator
 
-        return EmbeddedGenerator.load(inputs["model"], inputs["tokenizer"])
+        return EmbeddedGenerator.load(inputs["model"], inputs["tokenizer"], world)
     from cogrpo.backbones.snapshot import has_trained_weights, snapshot_folder
 
     if cfg.backbone == "meissonic":
