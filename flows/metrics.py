@@ -43,6 +43,18 @@ def train_history(result: dict, out: Path) -> str:
     return train_curves(result).write_csv()
 
 
+def train_guards(result: dict, out: Path) -> str:
+    """metrics/guards.csv: a row per logged iteration (the base's at 0, then every train.sample_every): the training
+    reward since the previous row, the guard statistics (cogrpo.guards), the eval rewards, and alarm (1: it fired
+    there; the reason is in the run's warning and its MLflow tag guard_alarm). Names with "/" as "_"."""
+    rows = result.get("guards", [])  # a result from before the guards has none
+    if not rows:
+        return "iteration\n"
+    frame = pl.DataFrame([{k.replace("/", "_"): (bool(v) * 1 if k == "alarm" else v) for k, v in r.items()}
+                          for r in rows])
+    return frame.with_columns(pl.selectors.float().round(6)).write_csv()
+
+
 def learned_schedule(result: dict, out: Path) -> str:
     rows = json.loads(ModelFolder(out).schedule.read_text())["schedule"]
     return json_text([{"step": t + 1} | r for t, r in enumerate(rows)])

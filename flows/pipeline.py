@@ -55,7 +55,8 @@ def _results_artifact(runs: dict[str, StageRun]) -> None:
     rows = []
     for name in ("baseline", "evaluate"):
         if name in runs:
-            for split, summary in runs[name].result.items():
+            for split in ("heldout", "seen"):  # (its "guards" are statistics, not scores)
+                summary = runs[name].result[split]
                 rows += [{"stage": name, "prompts": split, "metric": f"geneval.{k}", "value": round(v, 4)}
                          for k, v in summary["geneval"].items()]
                 rows.append({"stage": name, "prompts": split, "metric": "dpg.score",

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from cogrpo.config import Params
 from cogrpo.core.schedule import KNOBS
-from flows.metrics import (benchmark_json, benchmark_report, json_text, learned_schedule, pretrain_loss, train_history,
-                           train_summary)
+from cogrpo.guards import STATISTICS
+from flows.metrics import (benchmark_json, benchmark_report, json_text, learned_schedule, pretrain_loss, train_guards,
+                           train_history, train_summary)
 from flows.plots import benchmark_steps_png, pretrain_png, schedule_png, train_png
 from flows.train import train_stage
 from tasks.benchmark import benchmark_cells, benchmark_stage
@@ -77,7 +78,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
           out="outputs/baseline", artifacts={"grid.png": "samples"}, datasets=("eval_heldout", "eval_seen"),
           resume_varies=(), cells=eval_cells,
           metrics={"metrics/baseline.json": lambda r, out: json_text(r["heldout"]),
-                   "metrics/baseline_seen.json": lambda r, out: json_text(r["seen"])}),
+                   "metrics/baseline_seen.json": lambda r, out: json_text(r["seen"]),
+                   "metrics/baseline_guards.json": lambda r, out: json_text(r.get("guards", {}))}),
     Stage("schedule_sweep", schedule_sweep, ("world", "model", "schedule", "eval", "sweep", THREADS),
           _EVAL | {"model": "pretrain"},
           metrics={"metrics/schedule_sweep.json": lambda r, out: json_text(r)},
@@ -89,15 +91,17 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
           resume_varies=("train.iterations", "train.processes"),  # a checkpoint resumes under any process count
           metrics={"metrics/train.json": train_summary,
                    "metrics/train_history.csv": train_history,
-                   "metrics/learned_schedule.json": learned_schedule},
-          records=("metrics/learned_schedule.json", "metrics/train_history.csv"),
+                   "metrics/learned_schedule.json": learned_schedule,
+                   "metrics/guards.csv": train_guards},
+          records=("metrics/learned_schedule.json", "metrics/train_history.csv", "metrics/guards.csv"),
           images={"metrics/plots/learned_schedule.png": schedule_png, "metrics/plots/train.png": train_png}),
     Stage("evaluate", evaluate_model, ("world", "model", "schedule", "eval", THREADS), _EVAL | {"model": "train"},
           out="outputs/eval", artifacts={"grid.png": "samples"}, datasets=("eval_heldout", "eval_seen"),
           resume_varies=(), cells=eval_cells,
           describe=("train",), metric_prefix="eval",
           metrics={"metrics/eval.json": lambda r, out: json_text(r["heldout"]),
-                   "metrics/eval_seen.json": lambda r, out: json_text(r["seen"])}),
+                   "metrics/eval_seen.json": lambda r, out: json_text(r["seen"]),
+                   "metrics/eval_guards.json": lambda r, out: json_text(r.get("guards", {}))}),
     Stage("benchmark", benchmark_stage, ("world", "model", "schedule", "eval", "benchmark", "reward_models", THREADS),
           _EVAL | {"base": "pretrain", "trained": "train"}, out="outputs/benchmark", describe=("train",),
           data=("data/benchmarks",), cells=benchmark_cells,
@@ -121,4 +125,6 @@ PLOTS = [
                       "y": {"metrics/train_history.csv": ["reward_mean", "reward_std"]}}},
     {"kl_curve": {"title": "KL to the base model per iteration", "x": "iteration",
                   "y": {"metrics/train_history.csv": ["model_kl"]}}},
+    {"guards": {"title": "Reward-hacking guards per logged iteration (train.guards)", "x": "iteration",
+                "y": {"metrics/guards.csv": list(STATISTICS)}}},
 ]

@@ -25,7 +25,8 @@ from adapters.torchrun import train_processes
 from cogrpo.config import Params
 from cogrpo.core.distributed import SINGLE, Ranks
 from cogrpo.io import exclusive
-from cogrpo.rewards import train_terms
+from cogrpo.guards import STATISTICS
+from cogrpo.rewards import served_terms, train_terms
 from tasks.context import StageContext
 from tasks.train import TrainingSession, co_update, grouped_rollout, save_checkpoint, score_rewards
 
@@ -45,7 +46,7 @@ def _varying(metrics: dict, cfg) -> dict:
 def owned(params: Params, state_dir: Path) -> Iterator[tuple[str | None, dict]]:
     """The training folder held by this process (`exclusive`: an OS lock) and the run's reward server for the
     block, its served models pinned to the folder (adapters/reward_server.py); yields the server's (URL, health)."""
-    with exclusive(state_dir), reward_server.serve(params.reward_models, train_terms(params.train),
+    with exclusive(state_dir), reward_server.serve(params.reward_models, served_terms(params.train),
                                                    state_dir) as (url, served):
         reward_server.pin_models(state_dir, served)
         yield url, served
@@ -82,6 +83,8 @@ def loop(params: Params, inputs: dict[str, Path], out: Path, state_dir: Path, ru
         tracking.set_tags(run_id, {f"reward_model.{name}.{k}": str(v) for name, info in served.get(
             "rewards", {}).items() for k, v in info.items()})
     validate = session.validating and ranks.rank == 0  # rank 0 alone chooses (it alone writes and exports)
+    if ranks.rank == 0 and session.iteration == 0:  # the guards' reference: the base's sample grid
+        _guarded(session, run_id, session.sample_images())
     if validate and session.iteration == 0:  # the base, the reference of every later validation
         _validated(session, run_id)
         step(save_checkpoint, "checkpoint-0")(session)
@@ -95,8 +98,11 @@ def loop(params: Params, inputs: dict[str, Path], out: Path, state_dir: Path, ru
             tracking.log_metrics(run_id, _varying(metrics, cfg) | per_term, step=it)
         if ranks.rank == 0:
             report(f"co-grpo [{cfg.mode}] iterations", it, cfg.iterations, reward_mean=metrics["reward_mean"])
-        if run_id and it % cfg.sample_every == 0:
-            tracking.log_image(run_id, Image.fromarray(session.sample_grid()), f"samples/iter_{it:04d}.png")
+        if ranks.rank == 0 and it % cfg.sample_every == 0:  # fixed noise: the training's streams untouched
+            images = session.sample_images()
+            if run_id:
+                tracking.log_image(run_id, Image.fromarray(session.sample_grid(images)), f"samples/iter_{it:04d}.png")
+            _guarded(session, run_id, images)
         validation_due = session.validating and it % cfg.validation.every == 0
         if validate and validation_due:
             _validated(session, run_id)
@@ -109,6 +115,19 @@ def loop(params: Params, inputs: dict[str, Path], out: Path, state_dir: Path, ru
         run_logger().info(f"exported iteration {result['selected_iteration']} of {cfg.iterations}, chosen by "
                           "validation (train.validation)")
     return result
+
+
+def _guarded(session: TrainingSession, run_id: str | None, images) -> None:
+    """The guards on the sample grid's images (train.guards): logged as guard/<statistic> and eval_reward/<label> at
+    the session's iteration; an alarm is a warning (the Prefect run log) and the MLflow tag guard_alarm."""
+    row, reason = session.guard(images)
+    if run_id:
+        tracking.log_metrics(run_id, {f"guard/{k}": row[k] for k in STATISTICS}
+                             | {k: v for k, v in row.items() if k.startswith("eval_reward/")}, step=session.iteration)
+        if reason:
+            tracking.set_tags(run_id, {"guard_alarm": reason})
+    if reason:
+        session.warn(f"guard alarm (train.guards): {reason}")
 
 
 def _validated(session: TrainingSession, run_id: str | None) -> None:

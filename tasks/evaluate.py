@@ -17,6 +17,7 @@ from cogrpo.backbones.loading import load_generator
 from cogrpo.benchmarks.geneval import evaluate, score, summarize
 from cogrpo.benchmarks.specs import validate_embedded
 from cogrpo.config import Params, ScheduleConfig
+from cogrpo.guards import statistics
 from cogrpo.core.schedule import base_knobs
 from cogrpo.images import captioned_grid
 from cogrpo.io import read_specs
@@ -87,7 +88,8 @@ def _checked(params: Params, cell: Cell) -> tuple[list[dict], np.ndarray]:
 
 
 def evaluate_model(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
-    """The model under its own schedule: held-out prompts in GenEval's layout → out, seen prompts scored only."""
+    """The model under its own schedule: held-out prompts in GenEval's layout → out, seen prompts scored only. The
+    result's "guards" (beside summary.json, not in it): the held-out images' guard statistics (cogrpo.guards)."""
     cells = eval_cells(params, inputs, ctx.state_dir)
     wait_for_cells(params, inputs, cells, report=ctx.report, root=ctx.state_dir)
     (rows, images), (seen, _) = (_checked(params, cell) for cell in cells)
@@ -98,7 +100,7 @@ def evaluate_model(params: Params, inputs: dict[str, Path], out: Path, ctx: Stag
     write_results(out, rows, images, f"{title} (green: passes the checker, red: fails)")
     result = {"heldout": summarize(rows) | {"steps": steps}, "seen": summarize(seen) | {"steps": steps}}
     (out / "summary.json").write_text(json.dumps(result, indent=1) + "\n")
-    return result
+    return result | {"guards": statistics(images, params.eval.samples_per_prompt)}
 
 
 def schedule_sweep(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:

@@ -4,8 +4,9 @@
 generator (its text encoder encodes the prompts, its decoder turns tokens into images), the reward function and
 the training prompts. It lives in the process that runs the loop (flows/train.py); nothing is written and read
 back between the steps of an iteration. The session's state folder holds:
-    <state_dir>/checkpoints/<iteration>/   trained weights, schedule policy, optimizers, history and validations
-                                           (manifest last); the KL reference is the input model, rebuilt at resume
+    <state_dir>/checkpoints/<iteration>/   trained weights, schedule policy, optimizers, history, validations and
+                                           guard rows (manifest last); the KL reference is the input model, rebuilt
+                                           at resume
     <state_dir>/history.jsonl              an append-only log of every iteration's metrics, for the eye (tail it);
                                            never read back: a resumed run takes its history from the checkpoint
 """
@@ -33,10 +34,11 @@ from cogrpo.core.schedule import base_knobs, save_schedule
 from cogrpo.core.selection import regressions, select_checkpoint, validation_rows
 from cogrpo.core.trainer import CoGRPO, Rollout, draw_prompts, iteration_generator
 from cogrpo.errors import InputError
+from cogrpo.guards import alarm, statistics
 from cogrpo.images import image_grid
 from cogrpo.io import read_specs
 from cogrpo.model_folder import ModelFolder
-from cogrpo.rewards import Term, combine, term_values, term_weights, train_terms
+from cogrpo.rewards import Term, combine, eval_terms, term_values, term_weights, train_terms
 from cogrpo.shares import per_process
 from cogrpo.world.checker import Checker
 from cogrpo.world.scenes import World
@@ -78,6 +80,12 @@ class TrainingSession:
         scored = self.terms + [Term("strict", 0.0)]  # strict: accuracy per tag
         self.reward = combine(scored, World(params.world), reward_url, params.reward_models.request_timeout_s,
                               on_failure=self.failures.__setitem__)
+        self.eval_terms = eval_terms(cfg)  # watched, never trained on: a failure of an optional one warns here
+        self.eval_reward = combine(self.eval_terms, World(params.world), reward_url,
+                                   params.reward_models.request_timeout_s,
+                                   on_failure=lambda label, why: warn(f"eval reward {label} scored 0: {why}")
+                                   ) if self.eval_terms else None
+        self.guard_rows: list[dict] = []  # per logged iteration: reward, guard statistics, eval rewards, alarm
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         self.history: list[dict] = []
@@ -90,6 +98,8 @@ class TrainingSession:
             self.history = [json.loads(line) for line in (ckpt / "history.jsonl").read_text().splitlines()]
             if (ckpt / "validations.json").exists():
                 self.validations = {int(i): v for i, v in json.loads((ckpt / "validations.json").read_text()).items()}
+            if (ckpt / "guards.json").exists():  # a checkpoint written before the guards has none
+                self.guard_rows = json.loads((ckpt / "guards.json").read_text())
         self.resumed_at = self.iteration
         if ranks.rank == 0:
             (state_dir / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in self.history))
@@ -174,13 +184,46 @@ class TrainingSession:
         return select_checkpoint({i: v for i, v in self.validations.items() if i <= self.iteration},
                                  self.cfg.validation.tolerance)
 
-    def sample_grid(self, n_prompts: int = 8, samples: int = 4):
-        """Samples of the first training prompts under the current deterministic schedule, as one image."""
+    GRID_PROMPTS, GRID_SAMPLES = 8, 4  # the sample grid: the first training prompts, samples of each
+
+    def sample_images(self):
+        """The sample grid's images (n, H, W, 3) uint8, prompt-major: GRID_SAMPLES of each of the first GRID_PROMPTS
+        training prompts under the current deterministic schedule, with fixed noise (seed 0, generators of their
+        own: the training's random streams are not touched)."""
         from cogrpo.benchmarks.geneval import generate
 
-        prompts = [s["prompt"] for s in self.specs[:n_prompts]]
-        traj = generate(self.generator, prompts, self.trainer.policy.deterministic_knobs(), samples, 0)
-        return image_grid(self.generator.decode(traj.tokens), cols=2 * samples)
+        prompts = [s["prompt"] for s in self.specs[:self.GRID_PROMPTS]]
+        traj = generate(self.generator, prompts, self.trainer.policy.deterministic_knobs(), self.GRID_SAMPLES, 0)
+        return self.generator.decode(traj.tokens)
+
+    def sample_grid(self, images=None):
+        """The sample grid (sample_images, or the images given) as one image."""
+        return image_grid(self.sample_images() if images is None else images, cols=2 * self.GRID_SAMPLES)
+
+    def _fill_guard_rewards(self) -> None:
+        """Each guard row's training reward: the mean reward_mean of the iterations since the previous row (the
+        base's row, at iteration 0: iteration 1's, the base's own rollouts), once they are done."""
+        for k, row in enumerate(self.guard_rows):
+            if row["reward"] is None:
+                lo, hi = (self.guard_rows[k - 1]["iteration"] if k else 0), max(row["iteration"], 1)
+                window = [h["reward_mean"] for h in self.history if lo < h["iteration"] <= hi]
+                row["reward"] = sum(window) / len(window) if window else None
+
+    def guard(self, images=None) -> tuple[dict, str | None]:
+        """The guards at the current iteration (cogrpo.guards, train.guards) on the sample grid's images (drawn here
+        when not given): the row {"iteration", "reward", <statistic>…, "eval_reward/<label>"…, "alarm"}, recorded,
+        and the alarm's reason (None: quiet)."""
+        images = self.sample_images() if images is None else images
+        row = {"iteration": self.iteration, "reward": None} | statistics(images, self.GRID_SAMPLES)
+        if self.eval_terms:
+            specs = [s for s in self.specs[:self.GRID_PROMPTS] for _ in range(self.GRID_SAMPLES)]
+            scores = self.eval_reward(images, [s["prompt"] for s in specs], specs)
+            row |= {f"eval_reward/{t.label}": scores[t.label].mean().item() for t in self.eval_terms}
+        self.guard_rows = [r for r in self.guard_rows if r["iteration"] < self.iteration] + [row]
+        self._fill_guard_rewards()
+        g = self.cfg.guards
+        row["alarm"] = alarm(self.guard_rows, g.bands(), g.reward_rise, g.eval_reward) or ""
+        return row, row["alarm"] or None
 
     def save_checkpoint(self) -> Path:
         """A diverged model (NaN or inf weights) stops the run here, before it can become a checkpoint. Rank 0
@@ -193,6 +236,7 @@ class TrainingSession:
             self.trainer.save(folder)
             (folder / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in self.history))
             (folder / "validations.json").write_text(json.dumps(self.validations))
+            (folder / "guards.json").write_text(json.dumps(self.guard_rows))
 
         protect = [self.selected_iteration()] if self.validating else []
         return checkpoints.save(self.state_dir / "checkpoints", self.iteration, fill, protect=protect)
@@ -221,8 +265,9 @@ class TrainingSession:
                 i: r for i, v in self.validations.items()
                 if (r := regressions(v, self.validations[0], self.cfg.validation.tolerance))}}
         folder.write_record(record)
+        self._fill_guard_rewards()
         return {"mode": self.cfg.mode, "iterations": len(self.history), "selected_iteration": selected,
-                "history": self.history}
+                "history": self.history, "guards": self.guard_rows}
 
 
 # The iteration's steps as tasks: visible per iteration in the Prefect UI. They take the live session, so they

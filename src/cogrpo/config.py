@@ -313,6 +313,34 @@ class ValidationConfig(_Section):
                              "fall in an eligible checkpoint.")
 
 
+class GuardsConfig(_Section):
+    """Reward-hacking guards (cogrpo.guards, docs/training.md "Guards"): every sample_every iterations, and for the
+    base before the first, the sample grid's images are summarised by statistics the reward does not see; the alarm
+    (a warning, the MLflow tag guard_alarm, a Prefect log entry) fires at a logged iteration when the training reward
+    (the mean reward_mean since the previous row; the base's row: iteration 1's) is more than reward_rise above the
+    base's AND a statistic moved more than its band from the base's, or an eval reward fell more than eval_reward
+    below it. Bands are absolute, in the statistic's own units (fractions in [0, 1], entropy in bits): every statistic
+    is bounded, so an absolute band means the same at any start, where a relative one explodes near 0 (a dark
+    fraction of 0). None: not watched. Only the alarm reads them; the statistics are logged whatever they are."""
+    reward_rise: float = Field(0.0, ge=0, description="How far the training reward must rise over the base's for the "
+                               "alarm to fire (0: any rise).")
+    saturation: float | None = Field(0.15, gt=0, description="Band of the mean HSV saturation (of 1).")
+    brightness: float | None = Field(0.15, gt=0, description="Band of the mean luma (of 1).")
+    dark_fraction: float | None = Field(0.15, gt=0, description="Band of the fraction of pixels with luma < 0.2.")
+    edge_density: float | None = Field(0.1, gt=0, description="Band of the fraction of pixels with a luma gradient "
+                                       "above 0.1.")
+    colour_entropy: float | None = Field(1.0, gt=0, description="Band of the colour-histogram entropy, in bits "
+                                         "(64 coarse colours: at most 6).")
+    diversity: float | None = Field(0.05, gt=0, description="Band of the mean pairwise pixel distance (of 1) within a "
+                                    "prompt's samples.")
+    eval_reward: float | None = Field(0.1, gt=0, description="How far an eval reward (train.eval_rewards) may fall "
+                                      "below the base's, in its own units (a rise is no alarm).")
+
+    def bands(self) -> dict[str, float | None]:
+        """The statistics' bands, by the names cogrpo.guards.statistics gives them."""
+        return self.model_dump(exclude={"reward_rise", "eval_reward"})
+
+
 MAX_ROLLOUT = 4096  # trajectories one process rolls out in an iteration (TrainConfig.group_size: why)
 
 
@@ -386,12 +414,19 @@ class TrainConfig(_Section):
         "layer zero-initialised; exported as state_policy.safetensors, decoded step by step).")
     checkpoint_every: int = Field(10, ge=1, json_schema_extra=NOT_RESULT,
                                   description="Iterations between resumable checkpoints (the last two are kept).")
-    sample_every: int = Field(20, ge=1, json_schema_extra=NOT_RESULT,
-                              description="Iterations between sample grids logged to MLflow.")
+    sample_every: int = Field(20, ge=1, description="Iterations between sample grids logged to MLflow, and between "
+                              "the rows of the guards (metrics/guards.csv: train.guards, train.eval_rewards), so a "
+                              "result: it decides that file's rows.")
     validation: ValidationConfig = Field(ValidationConfig(), exclude_if=lambda v: v == ValidationConfig(),
                                          description="Choosing the exported checkpoint (off by default).")
     rewards: list[RewardTerm] = Field(default_factory=lambda: [RewardTerm(name="compositional")], min_length=1,
                                       description="Reward terms summed into the training reward.")
+    eval_rewards: list[RewardTerm] = Field(
+        default_factory=list, exclude_if=lambda v: not v, description="Reward terms watched, never trained on (same "
+        "schema as rewards; weight and normalize unused): scored on the sample grid's images every sample_every "
+        "iterations, logged as eval_reward/<label> and in metrics/guards.csv, read by the guards' alarm.")
+    guards: GuardsConfig = Field(GuardsConfig(), exclude_if=lambda v: v == GuardsConfig(),
+                                 description="The bands of the reward-hacking alarm (the statistics are always logged).")
     reward_aggregation: Literal["sum", "advantage"] = Field(
         "sum", exclude_if=lambda v: v == "sum", description="How the terms make the advantages: 'sum' the group "
         "advantages of their weighted sum; 'advantage' the weighted sum of each term's own group advantages (each "
@@ -418,6 +453,13 @@ class TrainConfig(_Section):
     def _some_reward(self) -> "TrainConfig":
         if not any(term.weight > 0 for term in self.rewards):
             raise ValueError("every reward weight is 0: the training reward would be 0")
+        return self
+
+    @model_validator(mode="after")
+    def _eval_rewards_distinct(self) -> "TrainConfig":
+        labels = [f"{t.name}_{t.version}" if t.version else t.name for t in self.eval_rewards]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"eval_rewards {labels}: a term named twice (each is logged as eval_reward/<label>)")
         return self
 
     @field_validator("schedule_knobs")

@@ -12,20 +12,21 @@ from cogrpo.config import Params, ParamsError
 
 
 def cross_check(params: Params, source: str = "params") -> Params:
-    from cogrpo.rewards import REGISTRY, SERVED, train_terms
+    from cogrpo.rewards import REGISTRY, SERVED, served_terms
     from cogrpo.world.prompts import max_train_prompts
     from cogrpo.world.scenes import World
 
-    for i, term in enumerate(params.train.rewards):
-        if term.name not in REGISTRY:
-            raise ParamsError(f"{source}: key 'train.rewards.{i}.name': unknown reward '{term.name}' "
-                              f"(known: {', '.join(sorted(REGISTRY))})")
+    for key in ("rewards", "eval_rewards"):
+        for i, term in enumerate(getattr(params.train, key)):
+            if term.name not in REGISTRY:
+                raise ParamsError(f"{source}: key 'train.{key}.{i}.name': unknown reward '{term.name}' "
+                                  f"(known: {', '.join(sorted(REGISTRY))})")
 
     if params.train.nodes > 1 and not params.reward_models.url and any(
-            t.name in SERVED for t in params.train.rewards):
+            t.name in SERVED for t in served_terms(params.train)):
         raise ParamsError(f"{source}: key 'reward_models.url': a training over {params.train.nodes} nodes needs a "
                           "reward server every node reaches (the stage's own listens on 127.0.0.1)")
-    _served_rewards_can_start(params, train_terms(params.train), source)
+    _served_rewards_can_start(params, served_terms(params.train), source)
     _benchmark_scorers_can_run(params, source)
     most = max_train_prompts(World(params.world), params.prompts)
     if params.train.prompts_per_iter > most:

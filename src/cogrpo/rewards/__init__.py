@@ -56,6 +56,16 @@ def train_terms(train) -> list[Term]:
     return [Term.of(t) for t in train.rewards]
 
 
+def eval_terms(train) -> list[Term]:
+    """The reward terms a training watches and never optimises (TrainConfig.eval_rewards), in their order."""
+    return [Term.of(t) for t in train.eval_rewards]
+
+
+def served_terms(train) -> list[Term]:
+    """Every term a training scores, trained or watched, each label once: what its reward server serves."""
+    return list({t.label: t for t in eval_terms(train) + train_terms(train)}.values())
+
+
 def build(term: Term, world, server_url: str | None = None, timeout_s: float = 600.0) -> RewardFn:
     if term.name not in REGISTRY:
         raise InputError(f"unknown reward {term.name!r} (known: {', '.join(sorted(REGISTRY))})")
