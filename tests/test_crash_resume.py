@@ -34,7 +34,8 @@ def _train_cmd(cwd: Path) -> subprocess.Popen:
     from prefect.settings import get_current_settings
 
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}  # each project its own store
-    env |= {"PYTHONPATH": str(ROOT), "PREFECT_API_URL": str(get_current_settings().api.url)}
+    env |= {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")]),  # this checkout's library, also in a
+            "PREFECT_API_URL": str(get_current_settings().api.url)}           # worktree of another one's environment
     return subprocess.Popen([sys.executable, "-m", "pipelines.stage", "train"], cwd=cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
@@ -78,7 +79,7 @@ def test_kill_9_then_rerun_resumes_and_matches_an_uninterrupted_run(trained_inpu
     assert uninterrupted.wait() == 0, uninterrupted.stderr.read()
 
     for f in ("models/trained/model.safetensors", "models/trained/schedule.json", "metrics/learned_schedule.json",
-              "metrics/train_history.csv"):
+              "metrics/train_history.csv", "metrics/guards.csv"):
         assert (work / f).read_bytes() == (reference / f).read_bytes(), f
     history = [json.loads(x) for x in (_state_dir(work) / "history.jsonl").read_text().splitlines()]
     assert [h["iteration"] for h in history] == list(range(1, ITERATIONS + 1))

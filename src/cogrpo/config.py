@@ -426,7 +426,8 @@ class TrainConfig(_Section):
         "schema as rewards; weight and normalize unused): scored on the sample grid's images every sample_every "
         "iterations, logged as eval_reward/<label> and in metrics/guards.csv, read by the guards' alarm.")
     guards: GuardsConfig = Field(GuardsConfig(), exclude_if=lambda v: v == GuardsConfig(),
-                                 description="The bands of the reward-hacking alarm (the statistics are always logged).")
+                                 description="The bands of the reward-hacking alarm (the statistics are always "
+                                 "logged).")
     reward_aggregation: Literal["sum", "advantage"] = Field(
         "sum", exclude_if=lambda v: v == "sum", description="How the terms make the advantages: 'sum' the group "
         "advantages of their weighted sum; 'advantage' the weighted sum of each term's own group advantages (each "
