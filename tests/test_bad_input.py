@@ -118,7 +118,7 @@ def test_missing_input_is_named(restore, capsys):
     ({"train": {"lr_model": float("inf")}}, "key 'train.lr_model': Input should be a finite number"),
     ({"train": {"kl_beta": float("inf")}}, "key 'train.kl_beta': Input should be a finite number"),
     ({"train": {"iterations": True}}, "key 'train.iterations': expected a number, got true"),
-    ({"train": {"prompts_per_iter": 100000}}, "key 'train.prompts_per_iter': 100000 exceeds the at most"),
+    ({"train": {"prompts_per_iter": 2000}}, "key 'train.prompts_per_iter': 2000 exceeds the at most"),
 ])
 def test_bad_params_fail_at_load_with_one_line_and_touch_nothing(restore, capsys, change, message):
     """Cross-checks fail before anything runs: no Prefect flow, no MLflow run, no file touched."""

@@ -127,7 +127,7 @@ def test_a_killed_rank_ends_the_run_with_one_line_a_killed_launcher_leaves_no_ra
     import mlflow
 
     iterations = 40
-    _params(2, iterations=iterations, checkpoint_every=2, sample_every=1000)
+    _params(2, iterations=iterations, checkpoint_every=2)
     shutil.rmtree("runs/store/train")
     start = _iterations_logged()  # 3: the built project's run, resumed from its last checkpoint
 
@@ -154,7 +154,7 @@ def test_a_killed_rank_ends_the_run_with_one_line_a_killed_launcher_leaves_no_ra
 
     # the rerun (any process count) resumes from the last checkpoint and finishes
     checkpoints = sorted(p.name for p in (_state() / "checkpoints").iterdir())
-    _params(1, iterations=iterations, checkpoint_every=2, sample_every=1000)
+    _params(1, iterations=iterations, checkpoint_every=2)
     run_stage("train")
     history = [json.loads(line)["iteration"] for line in (_state() / "history.jsonl").read_text().splitlines()]
     assert history == list(range(1, iterations + 1))
