@@ -28,10 +28,10 @@ import torch
 from PIL import Image
 
 from cogrpo.backbones.loading import load_generator
-from cogrpo.benchmarks.geneval import sample_batch
+from cogrpo.benchmarks.geneval import sample_policy_batch
 from cogrpo.config import Params
 from cogrpo.core.generator import Generator
-from cogrpo.core.policy import SchedulePolicy, decoding_schedule, load_conditioned_policy
+from cogrpo.core.policy import SchedulePolicy, load_conditioned_policy
 from cogrpo.core.schedule import resolve_schedule
 from cogrpo.errors import InputError
 from cogrpo.io import fsync_dir, process_alive, write_bytes_atomic, write_text_atomic
@@ -152,9 +152,7 @@ def generate_cell(gen: Generator, suite: Suite, knobs: torch.Tensor, seed: int, 
             start = b * batch_prompts
             chunk = suite.prompts[start:start + batch_prompts]
             with torch.no_grad():
-                batch_knobs, choose = (knobs, None) if policy is None else decoding_schedule(
-                    policy, gen.prompt_features(gen.encode(chunk)).repeat_interleave(suite.samples, 0), knobs)
-                traj = sample_batch(gen, chunk, start, batch_knobs, suite.samples, seed, choose)
+                traj = sample_policy_batch(gen, chunk, start, knobs, suite.samples, seed, policy)
             folders = set()
             for k, (p, img) in enumerate(zip(traj.prompt_index.tolist(), gen.decode(traj.tokens))):
                 folder = cell / "images" / f"{p:05d}"

@@ -28,7 +28,7 @@ from cogrpo.config import Params
 from cogrpo.core import checkpoints
 from cogrpo.core.batch import GroupedBatch
 from cogrpo.core.distributed import SINGLE, Ranks
-from cogrpo.core.policy import decoding_schedule, save_conditioned_policy
+from cogrpo.core.policy import save_conditioned_policy
 from cogrpo.core.sampler import Trajectory
 from cogrpo.core.schedule import base_knobs, save_schedule
 from cogrpo.core.selection import regressions, select_checkpoint, validation_rows
@@ -160,18 +160,14 @@ class TrainingSession:
     def validate(self) -> dict[str, float]:
         """Score the current model under its learned schedule (π_φ's mean) on the validation prompts and record it
         for this iteration: {"overall", <tag>…, "dpg"}, the checker's GenEval-style summary."""
-        from cogrpo.benchmarks.geneval import sample_batch, score, summarize
+        from cogrpo.benchmarks.geneval import sample_policy_batch, score, summarize
 
         v, gen, policy = self.cfg.validation, self.generator, self.trainer.policy
         specs = [self.specs[r] for r in validation_rows([s["tag"] for s in self.specs], v.prompts_per_tag, v.seed)]
-        parts = []
-        with torch.no_grad():
-            for start in range(0, len(specs), 64):
-                chunk = [s["prompt"] for s in specs[start:start + 64]]
-                knobs, choose = (policy.deterministic_knobs(), None) if not policy.conditioned else decoding_schedule(
-                    policy, gen.prompt_features(gen.encode(chunk)).repeat_interleave(v.samples, 0), policy.base)
-                parts.append(sample_batch(gen, chunk, start, knobs, v.samples, v.seed, choose))
-        traj = Trajectory.cat(parts)
+        prompts = [s["prompt"] for s in specs]
+        with torch.no_grad():  # a per-step policy reads no prompt: its schedule is the same for each
+            traj = Trajectory.cat([sample_policy_batch(gen, prompts[i:i + 64], i, policy.base, v.samples, v.seed,
+                                                       policy) for i in range(0, len(prompts), 64)])
         summary = summarize(score(self.checker, gen.decode(traj.tokens), specs, traj.prompt_index))
         result = summary["geneval"] | {"dpg": summary["dpg"]["score"]}
         self.validations[self.iteration] = result

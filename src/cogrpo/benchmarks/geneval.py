@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from cogrpo.core.generator import Generator
+from cogrpo.core.policy import SchedulePolicy, decoding_schedule
 from cogrpo.core.sampler import KnobChoice, Trajectory, sample
 from cogrpo.world.checker import Checker
 from cogrpo.world.prompts import GENEVAL_TAGS
@@ -47,6 +48,17 @@ def sample_batch(gen: Generator, chunk: list[str], start: int, knobs: torch.Tens
     rows = torch.arange(start, start + len(chunk)).repeat_interleave(samples)
     return sample(gen, gen.encode(chunk).repeat_interleave(samples), knobs,
                   trajectory_seeds(seed, len(rows), start * samples), rows, choose=choose)
+
+
+def sample_policy_batch(gen: Generator, chunk: list[str], start: int, base: torch.Tensor, samples: int, seed: int,
+                        policy: SchedulePolicy | None = None) -> Trajectory:
+    """sample_batch at π_φ's mean: each prompt under the policy's schedule for it (a state policy's chosen step by
+    step), carried to the step count of base (T, 4); without a policy, under base itself."""
+    if policy is None:
+        return sample_batch(gen, chunk, start, base, samples, seed)
+    context = gen.prompt_features(gen.encode(chunk)).repeat_interleave(samples, 0)
+    knobs, choose = decoding_schedule(policy, context, base)
+    return sample_batch(gen, chunk, start, knobs, samples, seed, choose)
 
 
 def score(checker: Checker, images: np.ndarray, specs: list[dict], prompt_index: torch.Tensor) -> list[dict]:
