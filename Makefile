@@ -31,8 +31,9 @@ reward-lock:
 	mv reward_server/constraints.tmp reward_server/constraints.txt
 	touch $(REWARD_STAMP)
 
+# `dvc repro` with one Prefect server for all its stages (pipelines/repro.py)
 run: $(STAMP)
-	dvc repro
+	python -m pipelines.repro
 
 test: $(STAMP) $(REWARD_STAMP)
 	python -m pytest

@@ -57,7 +57,7 @@ def temporary_api(timeout_s: float = 180) -> Iterator[str | None]:
         yield None
         return
     import httpx
-    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+    from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, get_current_settings, temporary_settings
 
     port = _free_port()
     env = os.environ | get_current_settings().to_environment_variables(exclude_unset=True) | {
@@ -78,13 +78,20 @@ def temporary_api(timeout_s: float = 180) -> Iterator[str | None]:
             if server.poll() is not None or time.monotonic() > end:
                 raise RuntimeError(f"the temporary Prefect server did not start (exit {server.poll()})")
             time.sleep(0.5)
-        with temporary_settings(updates={PREFECT_API_URL: url}):
-            os.environ["PREFECT_API_URL"] = url  # for subprocesses too
+        # no UI URL: Prefect prints no "View at" link that dies with this server
+        link_free = {"PREFECT_API_URL": url, "PREFECT_UI_URL": ""}
+        before = {key: os.environ.get(key) for key in link_free}
+        with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_UI_URL: ""}):
+            os.environ.update(link_free)  # for subprocesses too
             try:
                 yield url
             finally:
                 _drain()
-                os.environ.pop("PREFECT_API_URL", None)
+                for key, value in before.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
     finally:
         server.terminate()
         try:
