@@ -36,8 +36,8 @@ class Stage:
     out: str | None = None  # workspace folder DVC tracks (None: the stage's result is all it makes)
     metrics: dict[str, Callable[[dict, Path], str]] = field(default_factory=dict)  # file → view(result, out)
     plots: dict[str, dict] = field(default_factory=dict)  # metrics file → DVC plot options
-    records: tuple[str, ...] = ()  # of its metrics files, data rather than headline numbers: plot data, reports
-    # (DVC outputs kept in git, not `dvc metrics`, so `dvc metrics show` stays a table of results)
+    dvc_metrics: tuple[str, ...] = ()  # of its metrics files, those `dvc metrics show/diff` table (all of them
+    # together ≤ 200 characters wide); the others are DVC outputs kept in git: `dvc metrics show FILE` shows one
     images: dict[str, Callable[[dict, Path, Params], bytes]] = field(default_factory=dict)  # PNG plot → view
     datasets: tuple[str, ...] = ()  # prompt sets it uses (logged to MLflow as dataset inputs)
     artifacts: dict[str, str] = field(default_factory=dict)  # path inside out ("" = all) → MLflow artifact folder
@@ -63,7 +63,7 @@ _EVAL = {"prompts": "prompts", "tokenizer": "tokenizer"}
 THREADS = "threads"  # torch's CPU threads: float reductions, so results, may depend on them
 STAGES: dict[str, Stage] = {s.name: s for s in [
     Stage("prompts", write_prompt_sets, ("world", "prompts"), out="data/prompts",
-          metrics={"metrics/prompts.json": lambda r, out: json_text(r)}, records=("metrics/prompts.json",),
+          metrics={"metrics/prompts.json": lambda r, out: json_text(r)},
           datasets=("train", "eval_heldout", "eval_seen")),
     Stage("tokenizer", train_tokenizer, ("world", "tokenizer"), {"prompts": "prompts"}, out="models/tokenizer",
           metrics={"metrics/tokenizer.json": lambda r, out: json_text(r)}, artifacts={"": "tokenizer"}),
@@ -83,7 +83,6 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
     Stage("schedule_sweep", schedule_sweep, ("world", "model", "schedule", "eval", "sweep", THREADS),
           _EVAL | {"model": "pretrain"},
           metrics={"metrics/schedule_sweep.json": lambda r, out: json_text(r)},
-          records=("metrics/schedule_sweep.json",),
           datasets=("eval_heldout",)),
     Stage("train", train_stage, ("world", "model", "pretrain", "schedule", "train", "reward_models", THREADS),
           {"prompts": "prompts", "tokenizer": "tokenizer", "model": "pretrain"},
@@ -93,7 +92,6 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
                    "metrics/train_history.csv": train_history,
                    "metrics/learned_schedule.json": learned_schedule,
                    "metrics/guards.csv": train_guards},
-          records=("metrics/learned_schedule.json", "metrics/train_history.csv", "metrics/guards.csv"),
           images={"metrics/plots/learned_schedule.png": schedule_png, "metrics/plots/train.png": train_png}),
     Stage("evaluate", evaluate_model, ("world", "model", "schedule", "eval", THREADS), _EVAL | {"model": "train"},
           out="outputs/eval", artifacts={"grid.png": "samples"}, datasets=("eval_heldout", "eval_seen"),
@@ -110,9 +108,9 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
                          "benchmark.geneval", "benchmark.dpg", "benchmark.hpsv2_versions", "reward_models"),
           metrics={"metrics/benchmark.json": benchmark_json,
                    "reports/benchmarks.md": benchmark_report},
-          records=("reports/benchmarks.md",), images={"metrics/plots/benchmark_steps.png": benchmark_steps_png}),
+          images={"metrics/plots/benchmark_steps.png": benchmark_steps_png}),
     Stage("headline", headline, (), {"baseline": "baseline", "evaluate": "evaluate", "trained": "train"},
-          metrics={"metrics/headline.json": lambda r, out: json_text(r)}),
+          metrics={"metrics/headline.json": lambda r, out: json_text(r)}, dvc_metrics=("metrics/headline.json",)),
 ]}
 
 # DVC's top-level plots: several metrics files or columns on one chart

@@ -34,12 +34,11 @@ def render(root: Path | None = None) -> str:
             spec["params"] = list(s.params)
         if s.out:
             spec["outs"] = [{s.out: {"persist": True}}]
-        records = [{r: {"cache": False, "persist": True}} for r in s.records]
+        records = [{r: {"cache": False, "persist": True}} for r in s.metrics if r not in s.plots and r not in s.dvc_metrics]
         if records:
             spec["outs"] = spec.get("outs", []) + records
-        metrics = [m for m in s.metrics if m not in s.plots and m not in s.records]
-        if metrics:
-            spec["metrics"] = [{m: {"cache": False, "persist": True}} for m in metrics]
+        if s.dvc_metrics:
+            spec["metrics"] = [{m: {"cache": False, "persist": True}} for m in s.dvc_metrics]
         plots = [{p: {"cache": False, "persist": True} | opts} for p, opts in s.plots.items()]
         plots += [{p: {"cache": False, "persist": True}} for p in s.images]  # PNGs: shown offline as they are
         if plots:
