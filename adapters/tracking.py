@@ -213,24 +213,60 @@ def log_prompt_set(run_id: str, path: str | Path, context: str) -> None:
                                                     [InputTag("mlflow.data.context", context)])])
 
 
-def log_metrics(run_id: str, metrics: dict, step: int | None = None, prefix: str = "") -> None:
+def log_metrics(run_id: str, metrics: dict, step: int | None = None, prefix: str = "",
+                model_id: str | None = None) -> None:
     """The numbers of a (nested) dict, in batches: one store transaction per 1,000, not one per metric.
-    Lists (curves such as a stage's history) are not metrics and are skipped."""
+    Lists (curves such as a stage's history) are not metrics and are skipped. model_id: a logged model
+    (log_checkpoint) they also belong to."""
     now = int(time.time() * 1000)
 
     def numbers(d: dict) -> dict:
         return {k: numbers(v) if isinstance(v, dict) else v for k, v in d.items() if not isinstance(v, list)}
 
     metrics = numbers(metrics)
-    items = [Metric(k, float(v), now, step or 0) for k, v in flatten(metrics, prefix).items()
+    items = [Metric(k, float(v), now, step or 0, model_id=model_id) for k, v in flatten(metrics, prefix).items()
              if isinstance(v, (int, float)) and not isinstance(v, bool)]
     client = MlflowClient()
     for i in range(0, len(items), 1000):  # MLflow's batch limit
         client.log_batch(run_id, metrics=items[i:i + 1000])
 
 
-def log_image(run_id: str, image, name: str) -> None:
-    MlflowClient().log_image(run_id, image, artifact_file=name)
+def log_image(run_id: str, image, key: str, step: int) -> None:
+    """An image under a key, one per step: the MLflow UI shows a key's images with a step slider."""
+    MlflowClient().log_image(run_id, image, key=key, step=step)
+
+
+def log_checkpoint(run_id: str, model_folder: str | Path, iteration: int, state_dir: str | Path) -> str:
+    """A training checkpoint as an MLflow logged model of the run (`checkpoint-<iteration>`), the model folder as
+    its artifacts, tagged with the training folder and iteration (so a resumed run finds its predecessor's);
+    returns its model_id, to link the iteration's metrics to (log_metrics)."""
+    client = MlflowClient()
+    tags = {"cogrpo.run_dir": str(Path(state_dir).resolve()), "cogrpo.iteration": str(iteration)}
+    model = client.create_logged_model(client.get_run(run_id).info.experiment_id, name=f"checkpoint-{iteration:06d}",
+                                       source_run_id=run_id, tags=tags, params={"iteration": str(iteration)},
+                                       model_type="cogrpo-checkpoint")
+    client.log_model_artifacts(model.model_id, str(model_folder))
+    client.finalize_logged_model(model.model_id, "READY")
+    return model.model_id
+
+
+def register_checkpoint(state_dir: str | Path, iteration: int, name: str, alias: str) -> str | None:
+    """Register the newest logged model of the training folder's checkpoint at `iteration` as a version of the
+    registered model `name`, and point `alias` at it; returns the version (None: no such logged model)."""
+    client = MlflowClient()
+    found = client.search_logged_models(
+        [client.get_experiment_by_name(EXPERIMENT).experiment_id],
+        filter_string=f"tags.`cogrpo.run_dir` = '{Path(state_dir).resolve()}' AND "
+                      f"tags.`cogrpo.iteration` = '{iteration}'",
+        order_by=[{"field_name": "creation_time", "ascending": False}], max_results=1)
+    if not found:
+        return None
+    if not client.search_registered_models(f"name = '{name}'"):
+        client.create_registered_model(name, description="cogrpo's exported models (pipelines' train stage)")
+    model_id = found[0].model_id
+    version = client.create_model_version(name, f"models:/{model_id}", model_id=model_id).version
+    client.set_registered_model_alias(name, alias, version)
+    return version
 
 
 def log_artifacts(run_id: str, folder: str | Path, artifact_path: str) -> None:

@@ -13,6 +13,7 @@ torchrun (adapters/torchrun.py launches pipelines/train_ranks.py), each on its s
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +30,11 @@ from cogrpo.guards import STATISTICS
 from cogrpo.rewards import served_terms, train_terms
 from tasks.context import StageContext
 from tasks.train import TrainingSession, co_update, grouped_rollout, save_checkpoint, score_rewards
+
+
+# the MLflow registered model of every training's exported checkpoint; alias "best" when train.validation chose it,
+# "last" otherwise: `models:/cogrpo@best`
+REGISTERED_MODEL = "cogrpo"
 
 
 def _varying(metrics: dict, cfg) -> dict:
@@ -83,37 +89,46 @@ def loop(params: Params, inputs: dict[str, Path], out: Path, state_dir: Path, ru
         tracking.set_tags(run_id, {f"reward_model.{name}.{k}": str(v) for name, info in served.get(
             "rewards", {}).items() for k, v in info.items()})
     validate = session.validating and ranks.rank == 0  # rank 0 alone chooses (it alone writes and exports)
+    logs = run_id is not None and ranks.rank == 0
     if ranks.rank == 0 and session.iteration == 0:  # the guards' reference: the base's sample grid
         _guarded(session, run_id, session.sample_images())
     if validate and session.iteration == 0:  # the base, the reference of every later validation
-        _validated(session, run_id)
+        scores = _validation(session)
         step(save_checkpoint, "checkpoint-0")(session)
+        if logs:
+            tracking.log_metrics(run_id, scores, step=0, model_id=_logged_checkpoint(session, run_id))
     for it in range(session.iteration + 1, cfg.iterations + 1):
         batch = session.draw_batch()
         rollout = step(grouped_rollout, f"rollout-{it}")(session, batch)
         scores = step(score_rewards, f"score-{it}")(session, batch, rollout)
         metrics = step(co_update, f"update-{it}")(session, batch, rollout, scores)
-        per_term = {f"reward/{t.label}": ranks.gather(scores[t.label]).mean().item() for t in terms}  # every rank
-        if run_id:
-            tracking.log_metrics(run_id, _varying(metrics, cfg) | per_term, step=it)
+        metrics = _varying(metrics, cfg) | {f"reward/{t.label}": ranks.gather(scores[t.label]).mean().item()
+                                            for t in terms}  # the gather: every rank
         if ranks.rank == 0:
             report(f"co-grpo [{cfg.mode}] iterations", it, cfg.iterations, reward_mean=metrics["reward_mean"])
         if ranks.rank == 0 and it % cfg.sample_every == 0:  # fixed noise: the training's streams untouched
             images = session.sample_images()
             if run_id:
-                tracking.log_image(run_id, Image.fromarray(session.sample_grid(images)), f"samples/iter_{it:04d}.png")
+                tracking.log_image(run_id, Image.fromarray(session.sample_grid(images)), "samples", it)
             _guarded(session, run_id, images)
         validation_due = session.validating and it % cfg.validation.every == 0
         if validate and validation_due:
-            _validated(session, run_id)
+            metrics |= _validation(session)
+        model_id = None
         if it % cfg.checkpoint_every == 0 or it == cfg.iterations or validation_due:
             step(save_checkpoint, f"checkpoint-{it}")(session)
+            model_id = _logged_checkpoint(session, run_id) if logs else None
+        if logs:  # after the checkpoint: an iteration's metrics belong to its checkpoint's logged model
+            tracking.log_metrics(run_id, metrics, step=it, model_id=model_id)
     if ranks.rank != 0:
         return {}
     result = session.export(out)
     if session.validating:
         run_logger().info(f"exported iteration {result['selected_iteration']} of {cfg.iterations}, chosen by "
                           "validation (train.validation)")
+    if run_id:
+        tracking.register_checkpoint(session.state_dir, result["selected_iteration"], REGISTERED_MODEL,
+                                     "best" if session.validating else "last")
     return result
 
 
@@ -130,9 +145,14 @@ def _guarded(session: TrainingSession, run_id: str | None, images) -> None:
         session.warn(f"guard alarm (train.guards): {reason}")
 
 
-def _validated(session: TrainingSession, run_id: str | None) -> None:
-    """Validate the session's current model; log the scores as val/<key> at its iteration."""
-    scores = session.validate()
-    if run_id:
-        tracking.log_metrics(run_id, {f"val/{k}": v for k, v in scores.items()}, step=session.iteration)
+def _validation(session: TrainingSession) -> dict[str, float]:
+    """The session's current model validated (train.validation): its scores as the metrics val/<key>."""
+    return {f"val/{k}": v for k, v in session.validate().items()}
+
+
+def _logged_checkpoint(session: TrainingSession, run_id: str) -> str:
+    """The checkpoint just written, as a model folder, logged as an MLflow logged model; returns its model_id."""
+    with tempfile.TemporaryDirectory() as tmp:
+        session.write_model(Path(tmp))
+        return tracking.log_checkpoint(run_id, tmp, session.iteration, session.state_dir)
 

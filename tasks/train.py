@@ -237,15 +237,10 @@ class TrainingSession:
         protect = [self.selected_iteration()] if self.validating else []
         return checkpoints.save(self.state_dir / "checkpoints", self.iteration, fill, protect=protect)
 
-    def export(self, out: Path) -> dict:
-        """The trained model folder (cogrpo.model_folder) → out: the generator's trained weights, its learned
-        schedule (plain per-step JSON, one file per trained step count), a prompt- or state-conditioned policy whole,
-        the training's record; returns the run's summary and history. With train.validation, the exported model is
-        the checkpoint validation chose (loaded here, the run's history kept)."""
-        selected = self.selected_iteration()
-        if selected != self.iteration:
-            self.trainer.load(self.state_dir / "checkpoints" / f"{selected:06d}")
-        checkpoints.require_finite(self.trained_weights(), "the trained model")
+    def write_model(self, out: Path) -> ModelFolder:
+        """The current model as a model folder (cogrpo.model_folder) → out: the generator's trained weights, its
+        learned schedule (plain per-step JSON, one file per trained step count), a prompt- or state-conditioned
+        policy whole."""
         self.generator.save_trained(out)
         folder = ModelFolder(out)
         for i, (T, knobs) in enumerate(self.trainer.learned_schedules().items()):
@@ -253,6 +248,17 @@ class TrainingSession:
         policy = self.trainer.policy
         if policy.conditioned:  # the per-prompt (and per-state) part beside the per-step one
             save_conditioned_policy(policy, folder.state_policy if policy.stateful else folder.prompt_policy)
+        return folder
+
+    def export(self, out: Path) -> dict:
+        """The trained model folder → out (write_model) with the training's record; returns the run's summary and
+        history. With train.validation, the exported model is the checkpoint validation chose (loaded here, the
+        run's history kept)."""
+        selected = self.selected_iteration()
+        if selected != self.iteration:
+            self.trainer.load(self.state_dir / "checkpoints" / f"{selected:06d}")
+        checkpoints.require_finite(self.trained_weights(), "the trained model")
+        folder = self.write_model(out)
         last = self.history[-max(1, len(self.history) // 10):]
         reward = sum(h["reward_mean"] for h in last) / len(last) if last else float("nan")
         record = {"mode": self.cfg.mode, "iterations": len(self.history), "reward_last_10pct": reward}

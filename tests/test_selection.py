@@ -59,3 +59,18 @@ def test_the_train_stage_validates_keeps_the_chosen_checkpoint_and_exports_it(bu
     chosen = load_file(str(state / "checkpoints" / f"{record['selected_iteration']:06d}" / "model" / "model.safetensors"))
     exported = load_file("models/trained/model.safetensors")
     assert chosen.keys() == exported.keys() and all((chosen[k] == exported[k]).all() for k in chosen)
+
+    # MLflow: each checkpoint a logged model with its validation linked; the chosen one registered as cogrpo@best
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    best = client.get_model_version_by_alias("cogrpo", "best")
+    chosen_model = client.get_logged_model(best.source.removeprefix("models:/"))
+    assert chosen_model.tags["cogrpo.iteration"] == str(record["selected_iteration"])
+    linked = {m.key: m.value for m in chosen_model.metrics}
+    assert linked["val/overall"] == pytest.approx(validations[record["selected_iteration"]]["overall"])
+    ranked = client.search_logged_models([chosen_model.experiment_id], filter_string=(
+        f"source_run_id = '{chosen_model.source_run_id}'"), order_by=[{"field_name": "metrics.val/overall",
+                                                                      "ascending": False}])
+    assert max(validations.values(), key=lambda v: v["overall"])["overall"] == pytest.approx(
+        {m.key: m.value for m in ranked[0].metrics}["val/overall"])
