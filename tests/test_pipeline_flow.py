@@ -100,13 +100,18 @@ def test_bad_override_is_one_line_naming_the_key(tiny_project, capsys):
 def test_compare_reads_the_runs_back(runs, capsys, tmp_path):
     from pipelines.compare import main
 
-    main(["--by", "train.seed", "--plot", str(tmp_path / "compare.png")])
+    main(["--by", "params.train.seed", "--plot", str(tmp_path / "compare.png")])  # the docstring's spelling
     out = capsys.readouterr().out
     assert runs[0]["mlflow_run_id"][:8] in out and runs[2]["mlflow_run_id"][:8] in out
     assert runs[1]["mlflow_run_id"][:8] not in out  # the cached rerun is the same result: one row
     assert "base model" in out
     seed1 = f"{runs[2]['eval']['heldout']['geneval']['overall']:.3f}"
     assert seed1 in out and (tmp_path / "compare.png").stat().st_size > 1000
+    summary = out.split("train.seed")[-1]  # the grouped summary: one row per seed, not one null group
+    assert "null" not in summary and all(f"│ {s} " in summary for s in ("0", "1"))
+    with pytest.raises(SystemExit) as stop:
+        main(["--by", "train.sed", "--plot", str(tmp_path / "x.png")])
+    assert stop.value.code == 2 and "train.sed" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # keeps `make test` within 10 minutes on 2 cores; `make bench` runs it
