@@ -19,6 +19,8 @@ per shard; the stage then finds those batches done.
 
 from __future__ import annotations
 
+import json
+
 import base64
 from pathlib import Path
 from typing import Any, Literal
@@ -158,7 +160,10 @@ def stage(name: str, params_file: str = "params.yaml", root: str = "runs") -> di
     if spec.out:
         materialize(run.out, Path(spec.out))
     for path, view in spec.metrics.items():
-        write_text_atomic(path, view(run.result, run.out))
+        text = view(run.result, run.out)
+        write_text_atomic(path, text)
+        if group and path in spec.dvc_metrics:  # the experiment's parent run carries what `dvc metrics` shows
+            tracking.log_metrics(group, json.loads(text))
     for path, image in spec.images.items():
         write_bytes_atomic(path, image(run.result, run.out, params))
     if name in ("baseline", "evaluate"):

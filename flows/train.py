@@ -39,10 +39,11 @@ REGISTERED_MODEL = "cogrpo"
 
 def _varying(metrics: dict, cfg) -> dict:
     """The metrics that can vary in this run: with one inner epoch the update is on-policy (ratio 1, nothing
-    clipped), and a frozen policy's knobs are constant; flat charts would only hide the ones that move."""
+    clipped, and each policy's surrogate loss is −mean(advantage): one number, the same for θ and φ), and a frozen
+    policy's knobs are constant; flat or duplicate charts would only hide the ones that move."""
     flat = set()
     if cfg.inner_epochs == 1:
-        flat |= {k for k in metrics if k.endswith(("/ratio_mean", "/clip_fraction"))}
+        flat |= {k for k in metrics if k.endswith(("/ratio_mean", "/clip_fraction", "/loss"))}
     if cfg.mode == "model":
         flat |= {k for k in metrics if k.startswith("schedule/")}
     return {k: v for k, v in metrics.items() if k not in flat}

@@ -81,6 +81,8 @@ def test_stages_in_order(built_project):
     client = mlflow.tracking.MlflowClient()
     assert [m.step for m in client.get_metric_history(tr["run_id"], "reward_mean")] == [1, 2, 3]
     assert client.get_metric_history(tr["run_id"], "schedule/step3/cfg")
+    # on-policy (one inner epoch) both surrogate losses are −mean(advantage): not logged as two equal curves
+    assert not client.get_metric_history(tr["run_id"], "model/loss") and client.get_metric_history(tr["run_id"], "model/kl")
     images = [a.path for a in client.list_artifacts(tr["run_id"], "images")]  # under one key: the UI's step slider
     assert len(images) == 2 and all(p.startswith("images/samples+step+2+") for p in images), images  # + webp
     # every checkpoint an MLflow logged model with its iteration's metrics; the exported one registered, alias "last"
@@ -215,3 +217,21 @@ def test_a_copied_checkout_keeps_its_mlflow_artifacts_to_itself(built_project, t
         assert sorted(p for p in Path("mlartifacts").rglob("*")) == original
     finally:
         tracking.setup(built_project)
+
+
+def test_a_dvc_repro_parent_run_carries_the_headline_metrics(built_project, monkeypatch):
+    """The parent run of a `dvc repro` / `dvc exp run` holds what `dvc metrics show` shows, so MLflow's chart view
+    compares experiments (the stage's result found in the store: no stage run, the parent still gets them)."""
+    import mlflow
+
+    from adapters import tracking
+    from flows.pipeline import stage
+
+    monkeypatch.setenv("DVC_STAGE", "headline")
+    monkeypatch.setattr(tracking, "_dvc_pid", lambda: 424242)
+    stage("headline")
+    (parent,) = mlflow.search_runs(experiment_names=["cogrpo"], filter_string="tags.`cogrpo.dvc_pid` = '424242'",
+                                   output_format="list")
+    head = json.loads(Path("metrics/headline.json").read_text())
+    assert parent.data.metrics["heldout.trained"] == pytest.approx(head["heldout"]["trained"])
+    assert parent.data.metrics["train.reward"] == pytest.approx(head["train"]["reward"])
