@@ -37,26 +37,39 @@ def setup(root: str | Path = ".") -> str:
     if not _USER_URI and db.is_file():
         _follow_the_checkout(db, (root / "mlartifacts").as_uri())
     if mlflow.get_experiment_by_name(EXPERIMENT) is None:
-        mlflow.create_experiment(EXPERIMENT, artifact_location=(root / "mlartifacts").as_uri())
+        # MLflow 3's UI opens an experiment of no kind in its GenAI view, which hides runs' metrics and charts
+        mlflow.create_experiment(EXPERIMENT, artifact_location=(root / "mlartifacts").as_uri(),
+                                 tags={"mlflow.experimentKind": "custom_model_development"})
     return mlflow.set_experiment(EXPERIMENT).experiment_id
 
 
 def _follow_the_checkout(db: Path, artifacts: str) -> None:
-    """MLflow stores an experiment's artifact folder, and each run's, as absolute URIs. The project's store lives
-    in the checkout: when the checkout was copied or moved, point them at <this checkout>/mlartifacts (whose
-    files came along), so no run ever writes into, or reads from, another folder."""
+    """MLflow stores artifact folders as absolute URIs and paths: the experiments' (MLflow's own `Default` too), each
+    run's, each logged model's and model version's. The project's store lives in the checkout: when the checkout
+    was copied or moved, point every one under the old checkout at this one (whose files came along), so that no run
+    ever writes into, or reads from, another folder."""
     import sqlite3
+    from urllib.parse import unquote, urlparse
 
     with contextlib.closing(sqlite3.connect(db)) as con, con:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not {"experiments", "runs"} <= tables:
             return
-        moved = con.execute("SELECT experiment_id, artifact_location FROM experiments WHERE name = ? AND "
-                            "artifact_location != ?", (EXPERIMENT, artifacts)).fetchall()
-        for experiment_id, old in moved:
-            con.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?", (artifacts, experiment_id))
-            con.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) WHERE experiment_id = ? AND "
-                        "substr(artifact_uri, 1, ?) = ?", (artifacts, len(old) + 1, experiment_id, len(old), old))
+        moved = con.execute("SELECT artifact_location FROM experiments WHERE name = ? AND artifact_location != ?",
+                            (EXPERIMENT, artifacts)).fetchone()
+        if moved is None:
+            return
+        old_root, new_root = moved[0].removesuffix("/mlartifacts"), artifacts.removesuffix("/mlartifacts")
+        prefixes = [(old_root + "/", new_root + "/"),  # as URIs and as plain paths (MLflow writes both)
+                    (unquote(urlparse(old_root).path) + "/", unquote(urlparse(new_root).path) + "/")]
+        columns = [("experiments", "artifact_location"), ("runs", "artifact_uri"),
+                   ("logged_models", "artifact_location"), ("model_versions", "storage_location")]
+        for table, column in columns:
+            if table not in tables:
+                continue
+            for old, new in prefixes:
+                con.execute(f"UPDATE {table} SET {column} = ? || substr({column}, ?) WHERE substr({column}, 1, ?) = ?",
+                            (new, len(old) + 1, len(old), old))
 
 
 def git_commit() -> str:
@@ -236,12 +249,19 @@ def log_image(run_id: str, image, key: str, step: int) -> None:
     MlflowClient().log_image(run_id, image, key=key, step=step)
 
 
+def project_path(path: str | Path) -> str:
+    """A path as tags name it: relative to the project (the working folder) when inside it, so that a copied or
+    moved checkout's runs still name their own folders; absolute otherwise."""
+    path = Path(path).resolve()
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
 def log_checkpoint(run_id: str, model_folder: str | Path, iteration: int, state_dir: str | Path) -> str:
     """A training checkpoint as an MLflow logged model of the run (`checkpoint-<iteration>`), the model folder as
     its artifacts, tagged with the training folder and iteration (so a resumed run finds its predecessor's);
     returns its model_id, to link the iteration's metrics to (log_metrics)."""
     client = MlflowClient()
-    tags = {"cogrpo.run_dir": str(Path(state_dir).resolve()), "cogrpo.iteration": str(iteration)}
+    tags = {"cogrpo.run_dir": project_path(state_dir), "cogrpo.iteration": str(iteration)}
     model = client.create_logged_model(client.get_run(run_id).info.experiment_id, name=f"checkpoint-{iteration:06d}",
                                        source_run_id=run_id, tags=tags, params={"iteration": str(iteration)},
                                        model_type="cogrpo-checkpoint")
@@ -256,7 +276,7 @@ def register_checkpoint(state_dir: str | Path, iteration: int, name: str, alias:
     client = MlflowClient()
     found = client.search_logged_models(
         [client.get_experiment_by_name(EXPERIMENT).experiment_id],
-        filter_string=f"tags.`cogrpo.run_dir` = '{Path(state_dir).resolve()}' AND "
+        filter_string=f"tags.`cogrpo.run_dir` = '{project_path(state_dir)}' AND "
                       f"tags.`cogrpo.iteration` = '{iteration}'",
         order_by=[{"field_name": "creation_time", "ascending": False}], max_results=1)
     if not found:
@@ -291,7 +311,7 @@ def log_artifacts_file(run_id: str, file: str | Path, artifact_path: str) -> Non
 def claim_training(run_id: str, state_dir: str | Path, resumed_at: int) -> None:
     """Tag the run with the training folder it owns; when it resumed, link it to the run that wrote the checkpoint."""
     client = MlflowClient()
-    folder = str(Path(state_dir).resolve())
+    folder = project_path(state_dir)
     tags = {"cogrpo.run_dir": folder, "resumed_at_iteration": str(resumed_at)}
     if resumed_at > 0:
         before = client.search_runs([client.get_run(run_id).info.experiment_id], f"tags.`cogrpo.run_dir` = '{folder}'",

@@ -19,7 +19,8 @@ import yaml
 from tests.tiny import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
-LEFT_OUT = ("make ", "prefect server start", "export PREFECT_API_URL", "python -m pipelines.serve", "mlflow ui",
+LEFT_OUT = ("make ", "prefect server start", "export PREFECT_API_URL", "python -m pipelines.serve",
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow ui",
             "MLFLOW_TRACKING_URI=sqlite:///$PWD/mlflow.db dvc queue start", "python bench/")
 
 

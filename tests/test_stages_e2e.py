@@ -69,6 +69,7 @@ def test_stages_in_order(built_project):
     assert head["train"]["mode"] == "co" and 0 <= head["train"]["reward"] <= 1
 
     runs = mlflow.search_runs(experiment_names=["cogrpo"])
+    assert mlflow.get_experiment_by_name("cogrpo").tags["mlflow.experimentKind"] == "custom_model_development"
     assert set(runs["tags.stage"]) == {"prompts", "tokenizer", "pretrain", "baseline", "schedule_sweep",
                                                 "train", "evaluate", "benchmark", "headline"}
     tr = runs[runs["tags.stage"] == "train"].iloc[0]
@@ -210,6 +211,10 @@ def test_a_copied_checkout_keeps_its_mlflow_artifacts_to_itself(built_project, t
         old = client.search_runs([exp.experiment_id], "tags.stage = 'train'")[0]
         assert old.info.artifact_uri.startswith((copy / "mlartifacts").as_uri())
         assert {a.path for a in client.list_artifacts(old.info.run_id)} >= {"model"}  # the copied files
+        assert mlflow.get_experiment_by_name("Default").artifact_location.startswith(str(copy))
+        checkpoint = client.search_logged_models([exp.experiment_id])[0]
+        assert checkpoint.artifact_location.startswith((copy / "mlartifacts").as_uri())
+        assert not Path(old.data.tags["cogrpo.run_dir"]).is_absolute()  # names the copy's folder as the original's
         with tracking.run("in the copy") as run_id:
             (tmp_path / "note.txt").write_text("hello")
             tracking.log_artifacts_file(run_id, tmp_path / "note.txt", "notes")
