@@ -35,7 +35,7 @@ from cogrpo.core.selection import regressions, select_checkpoint, validation_row
 from cogrpo.core.trainer import CoGRPO, Rollout, draw_prompts, iteration_generator
 from cogrpo.errors import InputError
 from cogrpo.guards import alarm, statistics
-from cogrpo.images import image_grid
+from cogrpo.images import captioned_grid
 from cogrpo.io import read_specs
 from cogrpo.model_folder import ModelFolder
 from cogrpo.rewards import Term, combine, eval_terms, term_values, term_weights, train_terms
@@ -193,8 +193,13 @@ class TrainingSession:
         return self.generator.decode(traj.tokens)
 
     def sample_grid(self, images=None):
-        """The sample grid (sample_images, or the images given) as one image."""
-        return image_grid(self.sample_images() if images is None else images, cols=2 * self.GRID_SAMPLES)
+        """The sample grid (sample_images, or the images given) as one image: a row per prompt, captioned with it."""
+        images = self.sample_images() if images is None else images
+        n, H, W, _ = images.shape
+        prompts = [s["prompt"] for s in self.specs[:self.GRID_PROMPTS]]
+        return captioned_grid(images.reshape(len(prompts), self.GRID_SAMPLES, H, W, 3), prompts, None,
+                              f"iteration {self.iteration}: {self.GRID_SAMPLES} samples of each prompt, fixed noise, "
+                              "the per-step schedule at its mean", scale=max(1, 144 // H))
 
     def _fill_guard_rewards(self) -> None:
         """Each guard row's training reward: the mean reward_mean of the iterations since the previous row (the

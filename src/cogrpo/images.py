@@ -16,10 +16,11 @@ def image_grid(images: np.ndarray, cols: int, pad: int = 2) -> np.ndarray:
     return out
 
 
-def captioned_grid(images: np.ndarray, captions: list[str], passed: list[list[bool]], title: str,
+def captioned_grid(images: np.ndarray, captions: list[str], passed: list[list[bool]] | None, title: str,
                    scale: int = 3, caption_px: int = 330) -> np.ndarray:
     """One row per prompt: its caption, then its samples (n_rows, samples, H, W, 3) scaled up, each framed green
-    when the checker passed it and red when it failed; a title line on top. uint8 image."""
+    when the checker passed it and red when it failed (passed None: no verdicts, no frames); a title line on top.
+    uint8 image."""
     from PIL import Image, ImageDraw, ImageFont
 
     rows, samples, H, W, _ = images.shape
@@ -41,6 +42,7 @@ def captioned_grid(images: np.ndarray, captions: list[str], passed: list[list[bo
             x = caption_px + pad + s * (w + pad)
             tile = Image.fromarray(images[r, s]).resize((w, h), Image.NEAREST)
             canvas.paste(tile, (x, y))
-            draw.rectangle([x - 2, y - 2, x + w + 1, y + h + 1], outline="#2ca02c" if passed[r][s] else "#d62728",
-                           width=3)
+            if passed is not None:
+                draw.rectangle([x - 2, y - 2, x + w + 1, y + h + 1], outline="#2ca02c" if passed[r][s] else "#d62728",
+                               width=3)
     return np.asarray(canvas)
