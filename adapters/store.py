@@ -15,13 +15,19 @@ import fcntl
 import hashlib
 import json
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from adapters.code_deps import ROOT, code_hash
 from cogrpo.config import Params
-from cogrpo.io import MANIFEST, atomic_dir, content_hash, write_manifest
+from cogrpo.errors import InputError
+from cogrpo.io import MANIFEST, atomic_dir, content_hash, verify_manifest, write_manifest
+
+# an entry up to this size is verified by the sha256 of every file at every use; a larger one by its file list
+# (a full check then costs more than a GiB of reading each time), in full where `verify(full=True)` asks for it
+FULL_CHECK_BYTES = 1 << 30
 
 
 def params_key(params: Params, sections: tuple[str, ...], drop: tuple[str, ...] = ()) -> dict:
@@ -69,6 +75,16 @@ class Entry:
     def done(self) -> bool:
         return (self.folder / MANIFEST).is_file()
 
+    def damage(self, full: bool = False) -> str | None:
+        """What is wrong with a done entry (a file missing, changed or added: one line), or None when it matches
+        its manifest: by content where it is small enough (FULL_CHECK_BYTES) or `full`, else by its file list."""
+        size = sum(p.stat().st_size for p in self.folder.rglob("*") if p.is_file())
+        try:
+            verify_manifest(self.folder, contents=full or size <= FULL_CHECK_BYTES)
+        except InputError as err:
+            return str(err)
+        return None
+
     def result(self) -> dict:
         return json.loads((self.folder / "result.json").read_text())
 
@@ -84,6 +100,12 @@ class Store:
 
     def entry(self, stage: str, key: str) -> Entry:
         return Entry(self.root / "store" / stage / key)
+
+    def set_aside(self, entry: Entry) -> Path:
+        """Move a damaged entry out of the way (kept, hidden, for a look) so that its key is computed again."""
+        aside = entry.folder.with_name(f".damaged-{entry.key}-{time.time_ns()}")
+        entry.folder.rename(aside)
+        return aside
 
     @contextlib.contextmanager
     def claimed(self, entry: Entry) -> Iterator[None]:

@@ -8,6 +8,7 @@ own, then what the stage made logged to it (`track`); a stage found in the store
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -20,6 +21,7 @@ from adapters import reward_server, tracking
 from adapters.progress import Reporter, run_logger
 from adapters.store import Entry, Store, params_key, stage_key
 from cogrpo.config import Params
+from cogrpo.io import MANIFEST
 from cogrpo.model_folder import ModelFolder
 from flows.stages import STAGES, Stage
 from tasks.context import StageContext
@@ -39,11 +41,30 @@ class StageRun:
         return Path(self.entry) / "out"
 
 
+_INTACT: set[tuple[str, int]] = set()  # entries this process found matching their manifest (folder, its mtime)
+
+
 def locate(name: str, params: Params, inputs: dict[str, Path], root: str = "runs") -> Entry:
-    """The store entry a stage's params, inputs and code point to (done or not)."""
-    stage = STAGES[name]
-    return Store(root).entry(name, stage_key(name, params_key(params, stage.params), stage.with_data(inputs),
-                                             stage.modules))
+    """The store entry a stage's params, inputs and code point to (done or not). A done entry that no longer
+    matches its manifest (Entry.damage) is set aside with a warning naming the file, and so is computed again:
+    damage in the store never reaches a result."""
+    stage, store = STAGES[name], Store(root)
+    entry = store.entry(name, stage_key(name, params_key(params, stage.params), stage.with_data(inputs),
+                                        stage.modules))
+    if not entry.done():
+        return entry
+    stamp = (str(entry.folder), (entry.folder / MANIFEST).stat().st_mtime_ns)
+    if stamp in _INTACT:
+        return entry
+    problem = entry.damage()
+    if problem is None:
+        _INTACT.add(stamp)
+        return entry
+    with contextlib.suppress(FileNotFoundError):  # another process set it aside first
+        aside = store.set_aside(entry)
+        run_logger().warning(f"{name}: the store entry is damaged ({problem}); set aside as {aside}, computing "
+                             "it again")
+    return entry
 
 
 def state_folder(name: str, params: Params, inputs: dict[str, Path], root: str = "runs") -> Path | None:

@@ -71,3 +71,20 @@ def test_non_finite_weights_are_refused():
     checkpoints.require_finite(good.items(), "model")
     with pytest.raises(InputError, match="model: tensor 'w' has 1 non-finite values"):
         checkpoints.require_finite({"w": torch.tensor([1.0, float("nan"), 2.0])}.items(), "model")
+
+
+def test_a_manifest_names_a_missing_changed_or_added_file(tmp_path):
+    from cogrpo.errors import InputError
+    from cogrpo.io import write_manifest
+
+    (tmp_path / "a.bin").write_bytes(b"1234")
+    write_manifest(tmp_path)
+    verify_manifest(tmp_path)
+    (tmp_path / "b.bin").write_bytes(b"new")
+    with pytest.raises(InputError, match="b.bin: not in the manifest"):
+        verify_manifest(tmp_path, contents=False)
+    (tmp_path / "b.bin").unlink()
+    (tmp_path / "a.bin").write_bytes(b"4321")
+    verify_manifest(tmp_path, contents=False)  # the file list alone cannot see a change of contents
+    with pytest.raises(InputError, match="a.bin: contents differ"):
+        verify_manifest(tmp_path)

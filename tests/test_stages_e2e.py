@@ -240,3 +240,19 @@ def test_a_dvc_repro_parent_run_carries_the_headline_metrics(built_project, monk
     head = json.loads(Path("metrics/headline.json").read_text())
     assert parent.data.metrics["heldout.trained"] == pytest.approx(head["heldout"]["trained"])
     assert parent.data.metrics["train.reward"] == pytest.approx(head["train"]["reward"])
+
+
+def test_a_damaged_store_entry_is_set_aside_and_computed_again(built_project, caplog):
+    """A store entry whose files no longer match its manifest is never used: set aside with one line naming the
+    file, then computed again, to the same bytes."""
+    from flows.pipeline import stage
+
+    (entry,) = Path("runs/store/prompts").glob("prompts-*")
+    before = (entry / "out/train.parquet").read_bytes()
+    (entry / "out/train.parquet").write_bytes(before[:-8] + b"damaged!")
+    stage("prompts")
+    (aside,) = Path("runs/store/prompts").glob(".damaged-*")
+    assert aside.name.startswith(f".damaged-{entry.name}-")
+    assert (entry / "out/train.parquet").read_bytes() == before == Path("data/prompts/train.parquet").read_bytes()
+    warned = [r.getMessage() for r in caplog.records if "store entry is damaged" in r.getMessage()]
+    assert len(warned) == 1 and "train.parquet: contents differ from its manifest" in warned[0], warned

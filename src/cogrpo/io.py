@@ -75,8 +75,9 @@ def write_manifest(folder: str | Path) -> None:
         os.fsync(fh.fileno())
 
 
-def verify_manifest(folder: str | Path) -> None:
-    """Raise InputError naming the first file of the folder that is missing, changed or unreadable."""
+def verify_manifest(folder: str | Path, contents: bool = True) -> None:
+    """Raise InputError naming the first file of the folder that is missing, changed or unreadable, or that the
+    manifest does not list. contents=False checks only that the listed files, and no others, are there (cheap)."""
     folder = Path(folder)
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
@@ -87,8 +88,13 @@ def verify_manifest(folder: str | Path) -> None:
         f = folder / name
         if not f.is_file():
             raise InputError(f"{f}: missing")
-        if _sha256(f) != digest:
+        if contents and _sha256(f) != digest:
             raise InputError(f"{f}: contents differ from its manifest (corrupt or edited)")
+    present = sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+    extra = [name.as_posix() for name in present if name.as_posix() not in manifest
+             and not any(part.startswith(".") for part in name.parts)]  # hidden names are scratch and locks
+    if extra:
+        raise InputError(f"{folder / extra[0]}: not in the manifest (added after the folder was written)")
 
 
 def content_hash(path: str | Path) -> str:
