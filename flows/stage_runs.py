@@ -21,7 +21,6 @@ from adapters import reward_server, tracking
 from adapters.progress import Reporter, run_logger
 from adapters.store import Entry, Store, params_key, stage_key
 from cogrpo.config import Params
-from cogrpo.io import MANIFEST
 from cogrpo.model_folder import ModelFolder
 from flows.stages import STAGES, Stage
 from tasks.context import StageContext
@@ -41,30 +40,23 @@ class StageRun:
         return Path(self.entry) / "out"
 
 
-_INTACT: set[tuple[str, int]] = set()  # entries this process found matching their manifest (folder, its mtime)
-
-
 def locate(name: str, params: Params, inputs: dict[str, Path], root: str = "runs") -> Entry:
-    """The store entry a stage's params, inputs and code point to (done or not). A done entry that no longer
-    matches its manifest (Entry.damage) is set aside with a warning naming the file, and so is computed again:
-    damage in the store never reaches a result."""
-    stage, store = STAGES[name], Store(root)
-    entry = store.entry(name, stage_key(name, params_key(params, stage.params), stage.with_data(inputs),
-                                        stage.modules))
-    if not entry.done():
-        return entry
-    stamp = (str(entry.folder), (entry.folder / MANIFEST).stat().st_mtime_ns)
-    if stamp in _INTACT:
-        return entry
-    problem = entry.damage()
+    """The store entry a stage's params, inputs and code point to (done or not)."""
+    stage = STAGES[name]
+    return Store(root).entry(name, stage_key(name, params_key(params, stage.params), stage.with_data(inputs),
+                                             stage.modules))
+
+
+def set_aside_if_damaged(name: str, entry: Entry, root: str) -> None:
+    """A done entry that no longer matches its manifest (Entry.damage) is set aside with a warning naming the file,
+    and so is computed again: damage in the store never reaches a result."""
+    problem = entry.damage() if entry.done() else None
     if problem is None:
-        _INTACT.add(stamp)
-        return entry
+        return
     with contextlib.suppress(FileNotFoundError):  # another process set it aside first
-        aside = store.set_aside(entry)
+        aside = Store(root).set_aside(entry)
         run_logger().warning(f"{name}: the store entry is damaged ({problem}); set aside as {aside}, computing "
                              "it again")
-    return entry
 
 
 def state_folder(name: str, params: Params, inputs: dict[str, Path], root: str = "runs") -> Path | None:
@@ -92,7 +84,8 @@ def stage_task(name: str, params: Params, inputs: dict[str, Path], root: str = "
                 if state_dir is not None:
                     state_dir.mkdir(parents=True, exist_ok=True)
                 ctx = StageContext(Reporter(mlflow_run_id), state_dir, mlflow_run_id,
-                                   partial(reward_server.serve, params.reward_models, workdir=state_dir))
+                                   partial(reward_server.serve, params.reward_models, workdir=state_dir),
+                                   warn=lambda message: run_logger().warning(message))
                 result = store.compute(entry, lambda out: stage.work(params, inputs, out, ctx),
                                        {"mlflow_run_id": mlflow_run_id})
                 return StageRun(result, str(entry.folder), key, cached=False)
@@ -148,6 +141,7 @@ def run_stage(stage: Stage, params: Params, inputs: dict[str, Path], root: str, 
     label = stage_label(stage.name, params)
     task = stage_task.with_options(task_run_name=label)
     entry = locate(stage.name, params, inputs, root)
+    set_aside_if_damaged(stage.name, entry, root)  # once per use: stage_task then trusts what is there
     if entry.done():
         run = task(stage.name, params, inputs, root, None, return_state=True).result()
         made = entry.made_by().get("mlflow_run_id")

@@ -123,7 +123,8 @@ def benchmark_stage(params: Params, inputs: dict[str, Path], out: Path, ctx: Sta
     """Every cell generated (or found generated), then scored into out; returns {"scores": suite → metric →
     variant → steps → value, "steps_to_base": steps_to_base(scores)}."""
     cfg, cells = params.benchmark, ctx.state_dir / "cells"
-    wait_for_cells(params, inputs, benchmark_cells(params, inputs, ctx.state_dir), report=ctx.report, root=cells)
+    wait_for_cells(params, inputs, benchmark_cells(params, inputs, ctx.state_dir), report=ctx.report, root=cells,
+                   warn=ctx.warn)
     suites = {s: load_suite(s, params, inputs["prompts"]) for s in cfg.suites}
     rows, n_cells, done = [], len(cfg.all_variants()) * len(cfg.steps) * len(suites), 0
     with ctx.reward_server(benchmark_reward_terms(params)) as (url, _):

@@ -12,6 +12,7 @@ lock of a dead worker is taken over.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -34,7 +35,7 @@ from cogrpo.core.generator import Generator
 from cogrpo.core.policy import SchedulePolicy, load_conditioned_policy
 from cogrpo.core.schedule import resolve_schedule
 from cogrpo.errors import InputError
-from cogrpo.io import fsync_dir, process_alive, write_bytes_atomic, write_text_atomic
+from cogrpo.io import fsync_dir, process_alive, write_bytes_atomic
 from cogrpo.model_folder import ModelFolder
 
 
@@ -153,16 +154,19 @@ def generate_cell(gen: Generator, suite: Suite, knobs: torch.Tensor, seed: int, 
             chunk = suite.prompts[start:start + batch_prompts]
             with torch.no_grad():
                 traj = sample_policy_batch(gen, chunk, start, knobs, suite.samples, seed, policy)
-            folders = set()
+            folders, written = set(), {}
             for k, (p, img) in enumerate(zip(traj.prompt_index.tolist(), gen.decode(traj.tokens))):
                 folder = cell / "images" / f"{p:05d}"
+                files = {folder / "samples" / f"{k % suite.samples:04d}.png": _png(img)}
                 if k % suite.samples == 0:
-                    write_text_atomic(folder / "metadata.jsonl", json.dumps(suite.metadata[p]) + "\n")
-                write_bytes_atomic(folder / "samples" / f"{k % suite.samples:04d}.png", _png(img))
+                    files[folder / "metadata.jsonl"] = (json.dumps(suite.metadata[p]) + "\n").encode()
+                for path, data in files.items():
+                    write_bytes_atomic(path, data)
+                    written[path.relative_to(cell).as_posix()] = hashlib.sha256(data).hexdigest()
                 folders |= {folder, folder / "samples"}
             for folder in folders | {cell / "images"}:
                 fsync_dir(folder)
-            write_bytes_atomic(marker, b"")
+            write_bytes_atomic(marker, json.dumps(written, sort_keys=True).encode())  # what the batch wrote
             fsync_dir(done)
         finally:
             lock.unlink(missing_ok=True)
@@ -170,6 +174,24 @@ def generate_cell(gen: Generator, suite: Suite, knobs: torch.Tensor, seed: int, 
         if on_batch:
             on_batch(b)
     return ran
+
+
+def undo_damaged(cell: Path, warn: Callable[[str], None]) -> list[int]:
+    """Unmark the done batches of the cell whose files no longer match the sha256s their marker recorded (so
+    they are generated again: damaged images never reach a score), with one warning line each; returns them.
+    A marker from before the hashes (empty) is taken as it is."""
+    undone = []
+    for marker in sorted((cell / "done").glob("[0-9]" * 5)):
+        recorded = json.loads(marker.read_bytes() or b"{}")
+        for name, digest in recorded.items():
+            path = cell / name
+            if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+                warn(f"{path}: {'missing' if not path.is_file() else 'changed since it was generated'}; "
+                     f"batch {marker.name} of {cell} is generated again")
+                marker.unlink()
+                undone.append(int(marker.name))
+                break
+    return undone
 
 
 def cell_done(suite: Suite, batch_prompts: int, cell: Path) -> bool:
@@ -205,15 +227,18 @@ def link_images(cell: Path, dest: Path) -> None:
 
 def generate_cells(params: Params, inputs: dict[str, Path], cells: list[Cell], shard: int = 0, shards: int = 1,
                    report: Callable[..., None] | None = None, root: Path | None = None,
-                   loaded: dict | None = None) -> dict[str, int]:
+                   loaded: dict | None = None, warn: Callable[[str], None] | None = None) -> dict[str, int]:
     """Every cell's batches of one shard; returns batches generated per cell (0 where none was free), named by the
     cell's folder (relative to root). A model is loaded only when a cell of it has a batch to generate, and kept
-    in `loaded` (model input → generator) for the next call."""
+    in `loaded` (model input → generator) for the next call. `warn`: given, the done batches are checked first
+    (undo_damaged)."""
     ran: dict[str, int] = {}
     loaded = {} if loaded is None else loaded
     batch_prompts = params.eval.batch_prompts
     for cell in cells:
         name = str(cell.folder.relative_to(root) if root else cell.folder)
+        if warn is not None and (cell.folder / "done").is_dir():
+            undo_damaged(cell.folder, warn)
         if not _pending(cell.suite, batch_prompts, cell.folder, shard, shards):
             ran[name] = 0
             continue
@@ -230,12 +255,15 @@ def generate_cells(params: Params, inputs: dict[str, Path], cells: list[Cell], s
 
 
 def wait_for_cells(params: Params, inputs: dict[str, Path], cells: list[Cell], poll_s: float = 2.0,
-                   report: Callable[..., None] | None = None, root: Path | None = None) -> None:
+                   report: Callable[..., None] | None = None, root: Path | None = None,
+                   warn: Callable[[str], None] | None = None) -> None:
     """Generate whatever is left (also batches whose worker died) until every cell is done: batches held by
-    other workers are theirs to finish."""
+    other workers are theirs to finish. Done batches are checked against their recorded hashes once, first."""
     loaded: dict = {}
+    check = warn
     while True:
-        generate_cells(params, inputs, cells, report=report, root=root, loaded=loaded)
+        generate_cells(params, inputs, cells, report=report, root=root, loaded=loaded, warn=check)
+        check = None
         if all(cell_done(c.suite, params.eval.batch_prompts, c.folder) for c in cells):
             return
         time.sleep(poll_s)

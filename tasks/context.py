@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,10 @@ from pathlib import Path
 
 def _silent(label: str, done: int, total: int, **metrics: float) -> None:
     pass
+
+
+def _stderr(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -32,3 +37,5 @@ class StageContext:
     # (cogrpo.rewards.Term), yielding (its URL, its health), or (None, {}) when none is served; the orchestration
     # starts one for the block (adapters/reward_server.py: serve)
     reward_server: Callable[[Sequence], contextlib.AbstractContextManager] = _no_reward_server
+    # warn(message): one line the user must see (the orchestration puts it in the run's log)
+    warn: Callable[[str], None] = _stderr

@@ -91,7 +91,7 @@ def evaluate_model(params: Params, inputs: dict[str, Path], out: Path, ctx: Stag
     """The model under its own schedule: held-out prompts in GenEval's layout → out, seen prompts scored only. The
     result's "guards" (beside summary.json, not in it): the held-out images' guard statistics (cogrpo.guards)."""
     cells = eval_cells(params, inputs, ctx.state_dir)
-    wait_for_cells(params, inputs, cells, report=ctx.report, root=ctx.state_dir)
+    wait_for_cells(params, inputs, cells, report=ctx.report, root=ctx.state_dir, warn=ctx.warn)
     (rows, images), (seen, _) = (_checked(params, cell) for cell in cells)
     link_images(cells[0].folder, out)
     steps = params.schedule.steps

@@ -85,6 +85,15 @@ def test_shards_and_a_crash_give_the_same_images_and_nothing_is_generated_twice(
     assert files(crashed) == files(whole)
     assert generate_cell(gen, suite, knobs, 7, 2, crashed) == 0
 
+    from tasks.cells import undo_damaged  # a done batch's image damaged on disk: found, generated again
+
+    png = crashed / "images" / "00002" / "samples" / "0001.png"  # prompt 2: batch 1
+    png.write_bytes(png.read_bytes()[:-4])
+    warned = []
+    assert undo_damaged(crashed, warned.append) == [1] and str(png) in warned[0] and len(warned) == 1
+    assert generate_cell(gen, suite, knobs, 7, 2, crashed) == 1 and files(crashed) == files(whole)
+    assert undo_damaged(crashed, warned.append) == [] and len(warned) == 1
+
 
 FAKE_GENEVAL = """
 import json, os, sys
