@@ -73,8 +73,14 @@ class TrainingSession:
         self.generator = load_generator(params.model, inputs, params.world)
         bases = {T: base_knobs(params.schedule.model_copy(update={"steps": T}))
                  for T in [params.schedule.steps, *cfg.extra_steps]}
-        self.trainer = CoGRPO(self.generator, bases, cfg, ranks, pretraining_anchor(params, inputs, self.generator)
-                              if cfg.anchor_coef else None)
+        anchor = None
+        if cfg.anchor_coef and params.model.backbone != "embedded":  # a downloaded model's pretraining data is not here
+            warn(f"train.anchor_coef {cfg.anchor_coef}: model.backbone {params.model.backbone} has no pretraining loss "
+                 "here; training without the anchor")
+            cfg = cfg.model_copy(update={"anchor_coef": 0.0})
+        elif cfg.anchor_coef:
+            anchor = pretraining_anchor(params, inputs, self.generator)
+        self.trainer = CoGRPO(self.generator, bases, cfg, ranks, anchor)
         self.terms = train_terms(cfg)
         self.failures: dict[str, str] = {}  # this iteration's optional terms that failed: label → reason
         scored = self.terms + [Term("strict", 0.0)]  # strict: accuracy per tag

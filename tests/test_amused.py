@@ -186,14 +186,17 @@ def test_adapter_file_is_json_describing_the_lora(tiny, tmp_path):
 
 
 @pytest.mark.slow  # suite time (40 s with its project); the README test runs dvc exp run with a tiny aMUSEd too
-def test_the_pipeline_flow_runs_with_a_tiny_amused(tiny, tiny_project):
+def test_the_pipeline_flow_runs_with_a_tiny_amused(tiny, tiny_project, capfd):
     """Every stage through the real flow with model.backbone = amused: the base model is a pointer to the snapshot,
-    training trains LoRA adapters on colour_match, the evaluation loads base + adapters."""
+    training trains LoRA adapters on colour_match, the evaluation loads base + adapters; the embedded world's
+    pretraining anchor, where params set it, is off with one warning."""
     from flows.pipeline import pipeline
 
     amused = {"model.backbone": "amused", "model.pretrained": str(tiny), "model.lora_rank": 4,
-              "train.rewards": [{"name": "colour_match", "weight": 1.0}], "train.lr_model": 1e-2}
+              "train.rewards": [{"name": "colour_match", "weight": 1.0}], "train.lr_model": 1e-2,
+              "train.anchor_coef": 0.1}
     result = pipeline(overrides=amused)
+    assert "has no pretraining loss here; training without the anchor" in capfd.readouterr().err
     out = {name: Path(stage["out"]) for name, stage in result["stages"].items()}
     base = json.loads((out["pretrain"] / "generator.json").read_text())
     assert base["backbone"] == "amused" and base["pretrained"] == str(tiny) and len(base["sha256"]) == 64

@@ -32,9 +32,6 @@ def cross_check(params: Params, source: str = "params") -> Params:
     if params.train.prompts_per_iter > most:
         raise ParamsError(f"{source}: key 'train.prompts_per_iter': {params.train.prompts_per_iter} exceeds the "
                           f"at most {most} training prompts this world and prompts section make")
-    if params.train.anchor_coef and params.model.backbone != "embedded":
-        raise ParamsError(f"{source}: key 'train.anchor_coef': the pretraining loss needs the embedded world's scenes "
-                          f"(model.backbone '{params.model.backbone}' has no pretraining data here): set it to 0")
     if params.model.backbone != "embedded":  # missing weights: one line now, not a traceback minutes later
         from cogrpo.backbones.snapshot import snapshot_folder
 
