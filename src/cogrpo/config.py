@@ -367,9 +367,10 @@ class TrainConfig(_Section):
         0.0, ge=0, description="Weight of the pretraining loss (masked-token cross-entropy on the pretraining "
         "stage's own scene pool: pretrain.pool_size, pretrain.seed) added to θ's loss at every model update, on "
         "anchor_batch scenes (InstructGPT's PPO-ptx). The KL holds θ near the base only on the trajectories it "
-        "samples; this keeps what pretraining taught beyond them: at 0.1 (params.yaml) the held-out colour–shape "
-        "pairs and count 4 that plain Co-GRPO lost (reports/default_candidates.md). Embedded backbone only: with "
-        "another the run warns and trains without it.")
+        "samples; this keeps what pretraining taught beyond them. At 0.1 it keeps the held-out colour–shape pairs "
+        "plain Co-GRPO lost on one base model, but loses counting and DPG on another, gains less and trains 20 % "
+        "slower, so it is off (reports/default_candidates.md). Embedded backbone only: with another the run warns "
+        "and trains without it.")
     anchor_batch: int = Field(64, ge=1, description="Scenes per model update of the pretraining loss (anchor_coef).")
     extra_steps: list[int] = Field(
         default_factory=list, description="Inference step counts trained beside schedule.steps, each with its own "
