@@ -26,7 +26,7 @@ from cogrpo.errors import InputError
 from cogrpo.io import MANIFEST, atomic_dir, content_hash, verify_manifest, write_manifest
 
 # an entry up to this size is verified by the sha256 of every file at every use; a larger one by its file list
-# (a full check then costs more than a GiB of reading each time), in full where `verify(full=True)` asks for it
+# (a full check then costs more than a GiB of reading each time), in full where `damage(full=True)` asks for it
 FULL_CHECK_BYTES = 1 << 30
 
 

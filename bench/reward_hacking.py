@@ -53,7 +53,8 @@ def markdown(report: dict) -> str:
     for name, case in report["cases"].items():
         fired = [r for r in case["guards"] if r.get("alarm")]
         lines += [f"## {name}: held-out {case['heldout']['base']:.3f} → {case['heldout']['trained']:.3f}; alarm "
-                  + (f"fired first at iteration {fired[0]['iteration']}: {fired[0]['alarm']}" if fired else "never fired"),
+                  + (f"fired first at iteration {fired[0]['iteration']}: {fired[0]['alarm']}" if fired
+                     else "never fired"),
                   "", "| iteration | reward | " + " | ".join(STATISTICS) + " | eval compositional | alarm |",
                   "|---" * (len(STATISTICS) + 4) + "|"]
         for r in case["guards"]:

@@ -34,7 +34,8 @@ def render(root: Path | None = None) -> str:
             spec["params"] = list(s.params)
         if s.out:
             spec["outs"] = [{s.out: {"persist": True}}]
-        records = [{r: {"cache": False, "persist": True}} for r in s.metrics if r not in s.plots and r not in s.dvc_metrics]
+        records = [{r: {"cache": False, "persist": True}} for r in s.metrics
+                   if r not in s.plots and r not in s.dvc_metrics]
         if records:
             spec["outs"] = spec.get("outs", []) + records
         if s.dvc_metrics:

@@ -1,4 +1,5 @@
-"""`python -m pipelines.repro` (`make run`): one Prefect API for every stage of a `dvc repro`, none when nothing runs."""
+"""`python -m pipelines.repro` (`make run`): one Prefect API for every stage of a `dvc repro`, none when nothing
+runs."""
 
 import os
 import subprocess

@@ -69,8 +69,8 @@ def test_the_train_stage_validates_keeps_the_chosen_checkpoint_and_exports_it(bu
     assert chosen_model.tags["cogrpo.iteration"] == str(record["selected_iteration"])
     linked = {m.key: m.value for m in chosen_model.metrics}
     assert linked["val/overall"] == pytest.approx(validations[record["selected_iteration"]]["overall"])
-    ranked = client.search_logged_models([chosen_model.experiment_id], filter_string=(
-        f"source_run_id = '{chosen_model.source_run_id}'"), order_by=[{"field_name": "metrics.val/overall",
-                                                                      "ascending": False}])
+    ranked = client.search_logged_models([chosen_model.experiment_id],
+                                         filter_string=f"source_run_id = '{chosen_model.source_run_id}'",
+                                         order_by=[{"field_name": "metrics.val/overall", "ascending": False}])
     assert max(validations.values(), key=lambda v: v["overall"])["overall"] == pytest.approx(
         {m.key: m.value for m in ranked[0].metrics}["val/overall"])
