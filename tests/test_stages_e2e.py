@@ -194,6 +194,37 @@ def test_bad_params_stop_before_writing(prefect_api, tmp_path, monkeypatch, caps
     assert not Path("data").exists()
 
 
+def test_a_file_system_failure_is_one_line(prefect_api, tmp_path, monkeypatch, capfd):
+    """A folder the run must write is not one (as a full disk or a read-only mount would be): one line, exit 1."""
+    from tests.tiny import TINY
+
+    monkeypatch.chdir(tmp_path)
+    Path("params.yaml").write_text(yaml.safe_dump(TINY))
+    Path("runs").write_text("a file where the store's folder goes")
+    with pytest.raises(SystemExit) as err:
+        run_stage("prompts")
+    assert err.value.code == 1
+    printed = capfd.readouterr().err
+    assert "error: runs/locks: Not a directory" in printed and "Traceback" not in printed
+
+
+def test_a_prefect_api_that_does_not_answer_is_one_line(tmp_path):
+    """PREFECT_API_URL naming a server that is not there: one line saying what to do, exit 1, in seconds."""
+    import subprocess
+    import sys
+
+    from tests.tiny import TINY
+
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(TINY))
+    env = os.environ | {"PREFECT_API_URL": "http://127.0.0.1:9/api", "PYTHONPATH": str(Path(__file__).parents[1])}
+    done = subprocess.run([sys.executable, "-m", "pipelines.stage", "prompts"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == ["error: the Prefect API at http://127.0.0.1:9/api does not answer: start "
+                                                "it (`prefect server start`) or unset PREFECT_API_URL to let the run "
+                                                "start one of its own"]
+
+
 def test_a_copied_checkout_keeps_its_mlflow_artifacts_to_itself(built_project, tmp_path):
     """MLflow stores artifact folders as absolute paths; the project's store follows the checkout it is in: runs in
     a copy write their artifacts into the copy, old runs' artifacts resolve there too, the original is untouched."""
