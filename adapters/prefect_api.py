@@ -99,3 +99,42 @@ def temporary_api(timeout_s: float = 180) -> Iterator[str | None]:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+PID_TAG, HOST_TAG = "cogrpo.pid:", "cogrpo.host:"
+
+
+def run_tags() -> list[str]:
+    """Tags for the flow runs this process starts (`with prefect.tags(*run_tags())`): which process runs them, so
+    that the next start can tell a run whose process was killed (crash_dead_runs)."""
+    return [f"{PID_TAG}{os.getpid()}", f"{HOST_TAG}{socket.gethostname()}"]
+
+
+def crash_dead_runs() -> list[str]:
+    """Mark Crashed the flow runs of this host still RUNNING whose process is gone (kill -9, power loss: nothing
+    could record their end); returns their names. Prefect cannot see such a death itself without a worker."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType,
+                                                FlowRunFilterTags)
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    from cogrpo.io import process_alive
+
+    async def crash() -> list[str]:
+        async with get_client() as client:
+            running = await client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING])),
+                tags=FlowRunFilterTags(all_=[f"{HOST_TAG}{socket.gethostname()}"])))
+            crashed = []
+            for run in running:
+                pids = [int(t.removeprefix(PID_TAG)) for t in run.tags if t.startswith(PID_TAG)]
+                if pids and not process_alive(pids[0]):
+                    await client.set_flow_run_state(run.id, Crashed(
+                        message=f"its process ({pids[0]}) died without recording its end; marked by the next run"),
+                        force=True)
+                    crashed.append(run.name)
+            return crashed
+
+    return run_coro_as_sync(crash())

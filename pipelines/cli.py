@@ -29,18 +29,21 @@ def run_main(body: Callable[[], object], check: Callable[[], object] = lambda: N
     starts), then body() against a Prefect API of its own unless PREFECT_API_URL names one.
     InputError / FileNotFoundError → one line, exit 2. A file-system failure (disk full, no permission) or a Prefect
     API that does not answer → one line, exit 1. Ctrl-C → one line, exit 130: the MLflow run is KILLED, the Prefect
-    run crashed, the last checkpoint kept, the temporary server stopped."""
+    run crashed, the last checkpoint kept, the temporary server stopped. Flow runs are tagged with this process,
+    and runs of this host left RUNNING by a killed process are marked Crashed first."""
     apply_defaults()
+    from prefect import tags
     from prefect.logging.configuration import setup_logging
 
-    from adapters.prefect_api import temporary_api
+    from adapters.prefect_api import crash_dead_runs, run_tags, temporary_api
 
     setup_logging()
     for handler in logging.getLogger().handlers:
         handler.addFilter(_traceback_free)
     try:
         check()
-        with temporary_api():
+        with temporary_api(), tags(*run_tags()):
+            crash_dead_runs()
             return body()
     except (InputError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -213,3 +213,37 @@ def test_an_entry_point_without_a_named_api_runs_a_prefect_server_of_its_own(mon
         assert url and httpx.get(f"{url}/health", timeout=5).status_code == 200
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{url}/health", timeout=2)
+
+
+def test_a_flow_run_whose_process_was_killed_is_marked_crashed_by_the_next_start(prefect_api):
+    """kill -9 leaves a flow run RUNNING forever (nothing records its end); the next entry point marks it Crashed."""
+    import asyncio
+    import subprocess
+    import sys
+
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.states import Running
+
+    from adapters.prefect_api import HOST_TAG, PID_TAG, crash_dead_runs, run_tags
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a process that is no more
+
+    @flow(name="killed")
+    def killed() -> None:
+        pass
+
+    async def make(pid_tag: str):
+        async with get_client() as client:
+            run = await client.create_flow_run(killed, tags=[pid_tag, run_tags()[1]], state=Running())
+            return run.id
+
+    async def state_of(run_id):
+        async with get_client() as client:
+            return (await client.read_flow_run(run_id)).state.type.value
+
+    dead, alive = asyncio.run(make(f"{PID_TAG}{gone.pid}")), asyncio.run(make(run_tags()[0]))
+    assert run_tags()[1].startswith(HOST_TAG)
+    crash_dead_runs()
+    assert asyncio.run(state_of(dead)) == "CRASHED" and asyncio.run(state_of(alive)) == "RUNNING"
