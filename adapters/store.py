@@ -26,7 +26,7 @@ from cogrpo.errors import InputError
 from cogrpo.io import MANIFEST, atomic_dir, content_hash, verify_manifest, write_manifest
 
 # an entry up to this size is verified by the sha256 of every file at every use; a larger one by its file list
-# (a full check then costs more than a GiB of reading each time), in full where `damage(full=True)` asks for it
+# (a full check would cost more than a GiB of reading each time)
 FULL_CHECK_BYTES = 1 << 30
 
 
@@ -75,12 +75,12 @@ class Entry:
     def done(self) -> bool:
         return (self.folder / MANIFEST).is_file()
 
-    def damage(self, full: bool = False) -> str | None:
+    def damage(self) -> str | None:
         """What is wrong with a done entry (a file missing, changed or added: one line), or None when it matches
-        its manifest: by content where it is small enough (FULL_CHECK_BYTES) or `full`, else by its file list."""
+        its manifest: by content where it is small enough (FULL_CHECK_BYTES), else by its file list."""
         size = sum(p.stat().st_size for p in self.folder.rglob("*") if p.is_file())
         try:
-            verify_manifest(self.folder, contents=full or size <= FULL_CHECK_BYTES)
+            verify_manifest(self.folder, contents=size <= FULL_CHECK_BYTES)
         except InputError as err:
             return str(err)
         return None

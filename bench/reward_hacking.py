@@ -32,12 +32,9 @@ CASES = {"default": {},
 
 
 def run_case(overrides: dict) -> dict:
-    from flows.pipeline import pipeline
+    from bench.robustness import trained_pipeline
 
-    result = pipeline(overrides=overrides)
-    if not isinstance(result, dict):
-        raise SystemExit(f"the pipeline failed: {result}")
-    trained = json.loads((Path(result["stages"]["train"]["out"]).parent / "result.json").read_text())
+    result, trained = trained_pipeline(overrides)
     return {"mlflow_run_id": result["mlflow_run_id"], "guards": trained["guards"],
             "heldout": {"base": result["baseline"]["heldout"]["geneval"]["overall"],
                         "trained": result["eval"]["heldout"]["geneval"]["overall"]}}
@@ -75,14 +72,11 @@ def main(argv: list[str] | None = None) -> dict:
     apply_defaults()
     from adapters.prefect_api import temporary_api
     from cogrpo.io import write_json, write_text_atomic
-    from cogrpo.validate import load_params
 
-    steps = load_params("params.yaml").schedule.steps
-    cut = {"benchmark.steps": [steps], "benchmark.variants": ["trained-learned"]}
     report: dict = {"watch": WATCH, "cases": {}}
     with temporary_api():
         for name, overrides in CASES.items():
-            report["cases"][name] = run_case(WATCH | cut | overrides)
+            report["cases"][name] = run_case(WATCH | overrides)
             write_json(f"{args.out}.json", report)
             write_text_atomic(f"{args.out}.md", markdown(report))
     print(Path(f"{args.out}.md").read_text())

@@ -55,14 +55,24 @@ def judge(history: list[dict], base: dict, trained: dict) -> dict:
                      "tags": tags[worst] >= -0.10}}
 
 
-def run_case(case: str, common: dict) -> dict:
+def trained_pipeline(overrides: dict) -> tuple[dict, dict]:
+    """The `pipeline` flow with params.yaml and `overrides`, its benchmark stage cut to the trained model at the
+    trained step count (its cells are not what is judged here); returns the flow's result and the train stage's
+    own (its history, guards and chosen iteration), read from its store entry."""
+    from cogrpo.validate import load_params
     from flows.pipeline import pipeline
 
-    result = pipeline(overrides=common | case_overrides(case))
+    steps = load_params("params.yaml", overrides).schedule.steps
+    cut = {"benchmark.steps": [steps], "benchmark.variants": ["trained-learned"]}
+    result = pipeline(overrides=overrides | cut)
     if not isinstance(result, dict):
-        raise SystemExit(f"the pipeline failed for {case}: {result}")
+        raise SystemExit(f"the pipeline failed for {overrides}: {result}")
     train_entry = Path(result["stages"]["train"]["out"]).parent  # the store entry: out/ and result.json
-    trained = json.loads((train_entry / "result.json").read_text())
+    return result, json.loads((train_entry / "result.json").read_text())
+
+
+def run_case(case: str, common: dict) -> dict:
+    result, trained = trained_pipeline(common | case_overrides(case))
     exported = trained.get("selected_iteration", len(trained["history"]))  # train.validation's choice, or the last
     return {"case": case, "mlflow_run_id": result["mlflow_run_id"], "exported": exported} | judge(
         trained["history"], result["baseline"]["heldout"], result["eval"]["heldout"])
@@ -102,12 +112,9 @@ def main(argv: list[str] | None = None) -> dict:
     apply_defaults()
     from adapters.prefect_api import temporary_api
     from cogrpo.io import write_json, write_text_atomic
-    from cogrpo.validate import load_params
 
     common = json.loads(args.set)
-    params = load_params("params.yaml", common)
-    common |= {"benchmark.steps": [params.schedule.steps], "benchmark.variants": ["trained-learned"]}
-    report: dict = {"set": json.loads(args.set), "cases": []}
+    report: dict = {"set": common, "cases": []}
     with temporary_api():
         for case in args.cases:
             report["cases"].append(run_case(case, common))
