@@ -87,7 +87,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
     Stage("train", train_stage, ("world", "model", "pretrain", "schedule", "train", "reward_models", THREADS),
           {"prompts": "prompts", "tokenizer": "tokenizer", "model": "pretrain"},
           out="models/trained", artifacts={"": "model"}, datasets=("train",),
-          resume_varies=("train.iterations", "train.processes"),  # a checkpoint resumes under any process count
+          resume_varies=("train.iterations", "train.processes", "train.export_mix"),  # a checkpoint resumes
+          # under any process count, and a finished run exports again under another mix
           metrics={"metrics/train.json": train_summary,
                    "metrics/train_history.csv": train_history,
                    "metrics/learned_schedule.json": learned_schedule,

@@ -2,7 +2,8 @@
 
 A cell (one model, schedule and prompt set) is a folder: `images/` in GenEval's layout (`<i:05d>/metadata.jsonl`,
 `<i:05d>/samples/<j:04d>.png`), then `done/<b:05d>` for each batch of `eval.batch_prompts` prompts whose images
-are on disk (fsynced before the marker). Batches are fixed by the prompt list alone, and each trajectory's noise by
+are on disk (fsynced before the marker, which holds each file's sha256: a damaged image is found and its batch
+generated again, `undo_damaged`). Batches are fixed by the prompt list alone, and each trajectory's noise by
 its index in the whole set, so any shard of the batches (batch b belongs to shard b mod n), any crash and rerun,
 or any order gives the same images: a batch marked done is never generated again, one cut off mid-way is
 generated whole. A worker claims a batch with `done/<b:05d>.lock` (created exclusively, holding its pid), so
@@ -254,16 +255,43 @@ def generate_cells(params: Params, inputs: dict[str, Path], cells: list[Cell], s
     return ran
 
 
+WAIT_SAY_S = 60.0  # how often a wait on other workers' batches says what it waits for
+
+
+def _holders(cells: list[Cell]) -> list[str]:
+    """The unfinished batches of `cells` that other workers hold, each as its lock file, holder and age."""
+    held = []
+    for cell in cells:
+        for lock in sorted((cell.folder / "done").glob("*.lock")):
+            if (lock.with_suffix("")).exists() or not _held(lock):
+                continue
+            try:
+                holder, age = lock.read_text().split(), time.time() - lock.stat().st_mtime
+            except OSError:
+                continue
+            who = f"pid {holder[1]} on {holder[0]}" if len(holder) == 2 else "a worker starting"
+            held.append(f"{lock} ({who}, claimed {age:.0f} s ago)")
+    return held
+
+
 def wait_for_cells(params: Params, inputs: dict[str, Path], cells: list[Cell], poll_s: float = 2.0,
                    report: Callable[..., None] | None = None, root: Path | None = None,
                    warn: Callable[[str], None] | None = None) -> None:
     """Generate whatever is left (also batches whose worker died) until every cell is done: batches held by
-    other workers are theirs to finish. Done batches are checked against their recorded hashes once, first."""
+    other workers are theirs to finish. With `warn`: done batches are checked against their recorded hashes once,
+    first, and a wait on other workers says every WAIT_SAY_S what it waits for (a stopped worker holds its
+    batches until it ends)."""
     loaded: dict = {}
-    check = warn
+    check, started, said = warn, time.monotonic(), 0.0
     while True:
         generate_cells(params, inputs, cells, report=report, root=root, loaded=loaded, warn=check)
         check = None
         if all(cell_done(c.suite, params.eval.batch_prompts, c.folder) for c in cells):
             return
+        waited = time.monotonic() - started
+        if warn is not None and waited - said >= WAIT_SAY_S and (held := _holders(cells)):
+            said = waited
+            warn(f"waited {waited:.0f} s for {len(held)} batch{'es' * (len(held) > 1)} other workers hold: {'; '.join(held[:3])}"
+                 f"{'; …' if len(held) > 3 else ''} (a stopped or hung worker holds them until it ends: end it, "
+                 "and this stage takes them over)")
         time.sleep(poll_s)

@@ -191,21 +191,24 @@ class TrainingSession:
     def sample_images(self):
         """The sample grid's images (n, H, W, 3) uint8, prompt-major: GRID_SAMPLES of each of the first GRID_PROMPTS
         training prompts under the current deterministic schedule, with fixed noise (seed 0, generators of their
-        own: the training's random streams are not touched)."""
-        from cogrpo.benchmarks.geneval import generate
+        own: the training's random streams are not touched), decoded as the evaluation decodes: at π_φ's mean, a
+        conditioned policy's for each prompt."""
+        from cogrpo.benchmarks.geneval import sample_policy_batch
 
-        prompts = [s["prompt"] for s in self.specs[:self.GRID_PROMPTS]]
-        traj = generate(self.generator, prompts, self.trainer.policy.deterministic_knobs(), self.GRID_SAMPLES, 0)
+        prompts, policy = [s["prompt"] for s in self.specs[:self.GRID_PROMPTS]], self.trainer.policy
+        with torch.no_grad():
+            traj = sample_policy_batch(self.generator, prompts, 0, policy.deterministic_knobs(), self.GRID_SAMPLES, 0,
+                                       policy if policy.conditioned else None)
         return self.generator.decode(traj.tokens)
 
     def sample_grid(self, images=None):
         """The sample grid (sample_images, or the images given) as one image: a row per prompt, captioned with it."""
         images = self.sample_images() if images is None else images
-        n, H, W, _ = images.shape
+        H, W = images.shape[1:3]
         prompts = [s["prompt"] for s in self.specs[:self.GRID_PROMPTS]]
         return captioned_grid(images.reshape(len(prompts), self.GRID_SAMPLES, H, W, 3), prompts, None,
                               f"iteration {self.iteration}: {self.GRID_SAMPLES} samples of each prompt, fixed noise, "
-                              "the per-step schedule at its mean", scale=max(1, 144 // H))
+                              "the schedule at its mean", scale=max(1, 144 // H))
 
     def _fill_guard_rewards(self) -> None:
         """Each guard row's training reward: the mean reward_mean of the iterations since the previous row (the
@@ -264,15 +267,18 @@ class TrainingSession:
     def export(self, out: Path) -> dict:
         """The trained model folder → out (write_model) with the training's record; returns the run's summary and
         history. With train.validation, the exported model is the checkpoint validation chose (loaded here, the
-        run's history kept)."""
+        run's history kept); with train.export_mix, its update scaled toward the base."""
         selected = self.selected_iteration()
         if selected != self.iteration:
             self.trainer.load(self.state_dir / "checkpoints" / f"{selected:06d}")
         checkpoints.require_finite(self.trained_weights(), "the trained model")
+        if self.cfg.export_mix != 1.0:  # WiSE-FT: the update scaled toward the base (the training is over)
+            self.generator.mix_update(self.trainer.ref, self.cfg.export_mix)
         folder = self.write_model(out)
         last = self.history[-max(1, len(self.history) // 10):]
         reward = sum(h["reward_mean"] for h in last) / len(last) if last else float("nan")
-        record = {"mode": self.cfg.mode, "iterations": len(self.history), "reward_last_10pct": reward}
+        record = {"mode": self.cfg.mode, "iterations": len(self.history), "reward_last_10pct": reward} | (
+            {"export_mix": self.cfg.export_mix} if self.cfg.export_mix != 1.0 else {})
         if self.validating:
             record |= {"selected_iteration": selected, "validations": self.validations, "regressions": {
                 i: r for i, v in self.validations.items()

@@ -338,3 +338,22 @@ def test_the_export_carries_a_state_policy_that_decodes_the_exported_folder(tiny
     mine, theirs = decode(gen, policy), decode(exported, load_conditioned_policy(out / "state_policy.safetensors"))
     assert torch.equal(mine.tokens, theirs.tokens) and torch.allclose(mine.knobs, theirs.knobs, atol=1e-4)
     assert not torch.allclose(mine.knobs[0], mine.knobs[1], atol=1e-3)  # prompts and canvases get their own knobs
+
+
+@pytest.mark.parametrize("lora_rank", [4, 0])
+def test_mix_update_scales_the_exported_update_toward_the_base(tiny, tmp_path, lora_rank):
+    """train.export_mix's WiSE-FT on aMUSEd: the exported (merged) transformer of the mixed model is
+    base + w · (trained − base), for LoRA (lora_B scaled) and full fine-tuning (weights interpolated)."""
+    from safetensors.torch import load_file
+
+    gen = _gen(tiny, lora_rank=lora_rank)
+    ref = gen.reference()
+    _perturb_adapters(gen, 0.05 if lora_rank else 0.01)
+    gen.export(tmp_path / "trained")
+    gen.mix_update(ref, 0.3)
+    gen.export(tmp_path / "mixed")
+    _gen(tiny, lora_rank=0).export(tmp_path / "base")
+    base, trained, mixed = (load_file(next((tmp_path / m / "transformer").glob("*.safetensors")))
+                            for m in ("base", "trained", "mixed"))
+    moved = [k for k in base if not torch.equal(trained[k], base[k])]
+    assert moved and all(torch.allclose(mixed[k], base[k] + 0.3 * (trained[k] - base[k]), atol=1e-6) for k in base)

@@ -296,6 +296,34 @@ def test_a_batch_claimed_by_a_live_worker_is_left_to_it_and_a_dead_workers_claim
         live.kill()
 
 
+def test_a_wait_on_another_workers_batch_says_what_it_waits_for_and_how_long(monkeypatch, tmp_path):
+    """A stopped shard worker holds its batch for ever (its pid lives): the stage's wait names the lock, the
+    holder and the time waited, instead of waiting in silence."""
+    import subprocess
+
+    import tasks.cells as cells
+    from tasks.cells import HOST, Cell, wait_for_cells
+
+    params = amused_params()
+    suite = load_suite("geneval", params, tmp_path)
+    cell = Cell(tmp_path / "cell", suite, base_knobs(params.schedule), "model")
+    (cell.folder / "done").mkdir(parents=True)
+    worker = subprocess.Popen(["sleep", "30"])  # stands in for a suspended worker: alive, never finishing
+    (cell.folder / "done" / "00001.lock").write_text(f"{HOST} {worker.pid}")
+    polls = iter([False] * 5 + [True])
+    monkeypatch.setattr(cells, "generate_cells", lambda *a, **k: {})
+    monkeypatch.setattr(cells, "cell_done", lambda *a: next(polls))
+    monkeypatch.setattr(cells, "WAIT_SAY_S", 0.0)
+    said: list[str] = []
+    try:
+        wait_for_cells(params, {}, [cell], poll_s=0.01, warn=said.append)
+    finally:
+        worker.kill()
+    assert len(said) == 5  # one per poll here (every WAIT_SAY_S)
+    assert said[0].startswith("waited ") and "for 1 batch other workers hold" in said[0]
+    assert f"{cell.folder}/done/00001.lock (pid {worker.pid} on {HOST}, claimed " in said[0]
+
+
 def test_the_state_folder_keeps_images_only_while_what_makes_them_is_unchanged(tmp_path):
     from flows.stage_runs import state_folder
 

@@ -256,3 +256,62 @@ def test_kill_9_leaves_no_temporary_server_behind(trained_inputs):
         assert _our_servers() == servers
     finally:
         _set_iterations(work, ITERATIONS)
+
+
+def _training_ranks() -> set[str]:
+    """Live processes of a multi-process training (torchrun and its ranks), by pid."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"pipelines.train_ranks" in args:
+            found.add(proc.name)
+    return found
+
+
+@pytest.mark.slow  # two ranks and a rerun: ~1 minute; `make bench` runs it
+def test_ctrl_c_stops_every_rank_in_seconds_and_the_rerun_resumes(trained_inputs):
+    """train.processes 2: the terminal's SIGINT reaches the launcher only (torchrun has a session of its own); the
+    launcher stops torchrun's whole group, so no rank trains on, and the rerun resumes from the last checkpoint."""
+    import mlflow
+
+    work = trained_inputs
+    params = yaml.safe_load((work / "params.yaml").read_text())
+    params["train"] |= {"processes": 2, "iterations": 10_000}  # never reached: the signal ends it
+    (work / "params.yaml").write_text(yaml.safe_dump(params))
+    try:
+        started = time.time()
+        proc = _own_api_cmd(work)
+        end, base = time.monotonic() + 240, None
+        while proc.poll() is None and time.monotonic() < end:  # two iterations into the 2-rank run
+            history = _state_dir(work) / "history.jsonl" if _state_dir(work) else None
+            if history and history.is_file() and history.stat().st_mtime > started:
+                base = base or _iterations_done(work)
+                if _iterations_done(work) >= base + 2:
+                    break
+            time.sleep(0.05)
+        assert proc.poll() is None and _training_ranks(), proc.stderr.read() if proc.poll() is not None else ""
+        os.killpg(proc.pid, signal.SIGINT)
+        start = time.monotonic()
+        code = proc.wait(timeout=60)
+        seconds = time.monotonic() - start
+        err = proc.stderr.read().strip().splitlines()
+        assert code == 130, "\n".join(err[-30:])
+        assert seconds < 15 and not _training_ranks()
+        assert err[-1].startswith("interrupted: the run is marked KILLED") and "Traceback" not in "\n".join(err)
+        stopped_at = _iterations_done(work)
+        time.sleep(3)
+        assert _iterations_done(work) == stopped_at  # nothing trained on after the signal
+        _set_iterations(work, stopped_at + 2)
+        resumed = _train_cmd(work)
+        assert resumed.wait() == 0, resumed.stderr.read()
+        mlflow.set_tracking_uri(f"sqlite:///{work / 'mlflow.db'}")
+        runs = mlflow.search_runs(experiment_names=["cogrpo"], filter_string="tags.stage = 'train'",
+                                  order_by=["attributes.start_time DESC"])
+        assert runs.iloc[0]["status"] == "FINISHED" and runs.iloc[1]["status"] == "KILLED"
+        assert int(runs.iloc[0]["tags.resumed_at_iteration"]) >= stopped_at - EVERY  # its last checkpoint kept
+    finally:
+        params["train"] |= {"processes": 1, "iterations": ITERATIONS}
+        (work / "params.yaml").write_text(yaml.safe_dump(params))

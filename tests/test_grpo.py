@@ -377,3 +377,16 @@ def test_a_skipped_update_names_its_cause_and_three_in_a_row_stop_the_run(monkey
     with pytest.raises(InputError, match=r"^iteration 4: no update in the last 3 iterations \(non-finite model/kl\): "
                                          r"the training diverged$"):
         tr.update(batch, tr.rollout(batch), r)
+
+
+def test_mix_update_moves_the_weights_to_the_stated_point_between_base_and_trained():
+    """WiSE-FT on the embedded generator: base + w · (trained − base), the reference untouched."""
+    tr = _tiny_trainer("model")
+    base = [p.clone() for p in tr.ref.parameters()]
+    with torch.no_grad():
+        for p in tr.model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    trained = [p.clone() for p in tr.model.parameters()]
+    tr.model.mix_update(tr.ref, 0.3)
+    assert all(torch.equal(r, b) for r, b in zip(tr.ref.parameters(), base))
+    assert all(torch.allclose(p, b + 0.3 * (t - b), atol=1e-6) for p, b, t in zip(tr.model.parameters(), base, trained))

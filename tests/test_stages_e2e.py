@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import polars as pl
+import torch
 import pytest
 import yaml
 
@@ -292,3 +293,27 @@ def test_a_damaged_store_entry_is_set_aside_and_computed_again(built_project, ca
     assert (entry / "out/train.parquet").read_bytes() == before == Path("data/prompts/train.parquet").read_bytes()
     warned = [r.getMessage() for r in caplog.records if "store entry is damaged" in r.getMessage()]
     assert len(warned) == 1 and "train.parquet: contents differ from its manifest" in warned[0], warned
+
+
+def test_export_mix_exports_the_update_scaled_toward_the_base_without_training_again(built_project):
+    """train.export_mix (WiSE-FT): a finished run exports again under another mix, from its last checkpoint, without
+    a training iteration; the exported weights are base + mix · (trained − base), the learned schedule whole."""
+    from safetensors.torch import load_file
+
+    base, trained = (load_file(f"models/{m}/model.safetensors") for m in ("base", "trained"))
+    schedule = Path("models/trained/schedule.json").read_bytes()
+    history = Path("metrics/train_history.csv").read_text()
+    params = yaml.safe_load(Path("params.yaml").read_text())
+    try:
+        Path("params.yaml").write_text(yaml.safe_dump(params | {"train": params["train"] | {"export_mix": 0.25}}))
+        run_stage("train")
+        mixed = load_file("models/trained/model.safetensors")
+        assert all(torch.allclose(mixed[k], base[k] + 0.25 * (trained[k] - base[k]), atol=1e-6) for k in trained)
+        assert any(not torch.equal(mixed[k], trained[k]) for k in trained)
+        assert Path("models/trained/schedule.json").read_bytes() == schedule
+        assert Path("metrics/train_history.csv").read_text() == history  # resumed at the end: nothing trained
+        assert json.loads(Path("models/trained/train.json").read_text())["export_mix"] == 0.25
+    finally:
+        Path("params.yaml").write_text(yaml.safe_dump(params))
+        run_stage("train")  # the store's entry: the module's other tests see the unmixed model
+    assert load_file("models/trained/model.safetensors").keys() == trained.keys()

@@ -186,6 +186,16 @@ class ClipVQGenerator(nn.Module):
                                                           torch_dtype=DTYPES[self.cfg.dtype])
         return _Reference(self, frozen.to(self.device).requires_grad_(False).eval())
 
+    @torch.no_grad()
+    def mix_update(self, reference: "_Reference", weight: float) -> None:
+        if self.lora:  # the update is lora_B · lora_A, lora_B starting at zero: scaling lora_B scales the update
+            for name, p in self.transformer.named_parameters():
+                if "lora_B" in name:
+                    p.mul_(weight)
+            return
+        for p, r in zip(self.transformer.parameters(), reference.transformer.parameters(), strict=True):
+            p.lerp_(r.to(p.dtype), 1 - weight)
+
     def save_trained(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         if self.lora:

@@ -59,6 +59,11 @@ class EmbeddedGenerator(nn.Module):
     def reference(self) -> "EmbeddedGenerator":
         return EmbeddedGenerator(copy.deepcopy(self.model).eval().requires_grad_(False), self.text, self.tokenizer)
 
+    @torch.no_grad()
+    def mix_update(self, reference: "EmbeddedGenerator", weight: float) -> None:
+        for p, r in zip(self.model.parameters(), reference.model.parameters(), strict=True):
+            p.lerp_(r, 1 - weight)
+
     def save_trained(self, folder: Path) -> None:
         self.model.save(folder)
 

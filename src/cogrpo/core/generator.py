@@ -71,6 +71,10 @@ class Generator(Protocol):
         """The frozen KL reference: the weights the training starts from. The trainer takes it before it loads a
         checkpoint, so a resumed run keeps the reference of the run it resumes."""
 
+    def mix_update(self, reference: "Generator", weight: float) -> None:
+        """Weight-space ensembling (WiSE-FT, Wortsman et al. 2022), in place: the trained weights become
+        reference + weight · (trained − reference), the update scaled by `weight`."""
+
     def save_trained(self, folder: Path) -> None:
         """Write the trained weights (what `load_trained` reads back) to folder."""
 
