@@ -62,7 +62,7 @@ class Stage:
 _EVAL = {"prompts": "prompts", "tokenizer": "tokenizer"}
 THREADS = "threads"  # torch's CPU threads: float reductions, so results, may depend on them
 STAGES: dict[str, Stage] = {s.name: s for s in [
-    Stage("prompts", write_prompt_sets, ("world", "prompts"), out="data/prompts",
+    Stage("prompts", write_prompt_sets, ("world", "prompts"), out="data/prompts", data=("data/train_prompts",),
           metrics={"metrics/prompts.json": lambda r, out: json_text(r)},
           datasets=("train", "eval_heldout", "eval_seen")),
     Stage("tokenizer", train_tokenizer, ("world", "tokenizer"), {"prompts": "prompts"}, out="models/tokenizer",

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
 from cogrpo.config import Params
+from cogrpo.errors import InputError
 from cogrpo.images import image_grid
 from cogrpo.io import read_specs, write_specs
 from cogrpo.world.checker import Checker
@@ -17,15 +19,50 @@ from cogrpo.world.tokenizer import fit_tokenizer, roundtrip_pass_rate
 from tasks.context import StageContext
 
 PROMPT_SETS = ("train", "eval_heldout", "eval_seen")
+NATURAL = "train_natural.parquet"  # prompts.train_file's prompts, when given: what the train stage trains on
 
 
 def write_prompt_sets(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:
-    """<out>/{train,eval_heldout,eval_seen}.parquet and heldout.json; returns the split report."""
+    """<out>/{train,eval_heldout,eval_seen}.parquet and heldout.json, and with prompts.train_file its prompts as
+    train_natural.parquet (tag 'natural', no world spec); returns the split report."""
     sets, held = make_prompt_sets(World(params.world), params.prompts)
     for name in PROMPT_SETS:
         write_specs(out / f"{name}.parquet", sets[name])
     (out / "heldout.json").write_text(held.to_json())
-    return split_report(sets, held)
+    report = split_report(sets, held)
+    if params.prompts.train_file:
+        natural = read_natural_prompts(Path(params.prompts.train_file))
+        write_specs(out / NATURAL, [{"prompt": p, "tag": "natural", "include": []} for p in natural])
+        report["train_natural"] = {"file": params.prompts.train_file, "prompts": len(natural)}
+    return report
+
+
+def read_natural_prompts(path: Path) -> list[str]:
+    """The prompts of a .txt (one per line) or .jsonl ({"prompt": …} per line) file, blank lines skipped; a
+    missing file, a line that is not a prompt, or no prompt at all is one error naming the file and line."""
+    if not path.is_file():
+        raise InputError(f"{path}: training prompt file not found (prompts.train_file)")
+    prompts = []
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        if path.suffix == ".jsonl":
+            try:
+                line = json.loads(line)["prompt"]
+            except (json.JSONDecodeError, TypeError, KeyError):
+                raise InputError(f"{path}:{n}: not a JSON object with a 'prompt'") from None
+        if not isinstance(line, str) or not line.strip():
+            raise InputError(f"{path}:{n}: the prompt is not a non-empty string")
+        prompts.append(line.strip())
+    if not prompts:
+        raise InputError(f"{path}: no prompts (prompts.train_file)")
+    return prompts
+
+
+def training_prompts(prompts: Path) -> Path:
+    """The prompt file the train stage trains on: prompts.train_file's (train_natural.parquet) where the prompts
+    stage wrote one, else the embedded world's train.parquet."""
+    return prompts / NATURAL if (prompts / NATURAL).is_file() else prompts / "train.parquet"
 
 
 def train_tokenizer(params: Params, inputs: dict[str, Path], out: Path, ctx: StageContext) -> dict:

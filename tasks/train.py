@@ -42,6 +42,7 @@ from cogrpo.rewards import Term, combine, eval_terms, term_values, term_weights,
 from cogrpo.shares import per_process
 from cogrpo.world.checker import Checker
 from cogrpo.world.scenes import World
+from tasks.data import training_prompts
 from tasks.pretrain import pretraining_data
 
 
@@ -66,10 +67,11 @@ class TrainingSession:
             params = params.model_copy(update={"threads": max(1, params.threads // ranks.world)})
         per_process(cfg.prompts_per_iter, ranks.world, "train.prompts_per_iter")  # whole groups per rank, or refused
         torch.set_num_threads(params.threads)
-        self.specs = read_specs(inputs["prompts"] / "train.parquet")
+        source = self.prompt_file = training_prompts(inputs["prompts"])
+        self.specs = read_specs(source)
         if cfg.prompts_per_iter > len(self.specs):
             raise InputError(f"train.prompts_per_iter = {cfg.prompts_per_iter} exceeds the {len(self.specs)} "
-                             f"training prompts of {inputs['prompts'] / 'train.parquet'}")
+                             f"training prompts of {source}")
         self.generator = load_generator(params.model, inputs, params.world)
         bases = {T: base_knobs(params.schedule.model_copy(update={"steps": T}))
                  for T in [params.schedule.steps, *cfg.extra_steps]}
@@ -278,7 +280,9 @@ class TrainingSession:
         last = self.history[-max(1, len(self.history) // 10):]
         reward = sum(h["reward_mean"] for h in last) / len(last) if last else float("nan")
         record = {"mode": self.cfg.mode, "iterations": len(self.history), "reward_last_10pct": reward} | (
-            {"export_mix": self.cfg.export_mix} if self.cfg.export_mix != 1.0 else {})
+            {"export_mix": self.cfg.export_mix} if self.cfg.export_mix != 1.0 else {}) | (
+            {"train_prompts": f"{self.prompt_file.name}: {len(self.specs)} prompts"}
+            if self.prompt_file.name != "train.parquet" else {})
         if self.validating:
             record |= {"selected_iteration": selected, "validations": self.validations, "regressions": {
                 i: r for i, v in self.validations.items()

@@ -16,6 +16,7 @@ from cogrpo.backbones.amused import AmusedGenerator
 from cogrpo.backbones.snapshot import snapshot_folder
 from cogrpo.backbones.tiny_amused import make_tiny_amused
 from tests.tiny import count_calls
+from cogrpo.io import read_specs
 from cogrpo.config import ModelConfig, ScheduleConfig, TrainConfig
 from cogrpo.core import sampler as sampler_module
 from cogrpo.core.batch import GroupedBatch
@@ -25,6 +26,7 @@ from cogrpo.core.trainer import CoGRPO
 from cogrpo.errors import InputError
 
 PROMPTS = ["a red cube", "two blue dogs", "the green sky"]
+ROOT = Path(__file__).resolve().parents[1]
 AMUSED_DEFAULTS = ScheduleConfig(steps=12, ratio_curve="amused", temperature=1.0, remask_temperature=2.0,
                                  remask_anneal="to_zero", cfg=10.0)  # AmusedPipeline's defaults, as a base schedule
 
@@ -357,3 +359,38 @@ def test_mix_update_scales_the_exported_update_toward_the_base(tiny, tmp_path, l
                             for m in ("base", "trained", "mixed"))
     moved = [k for k in base if not torch.equal(trained[k], base[k])]
     assert moved and all(torch.allclose(mixed[k], base[k] + 0.3 * (trained[k] - base[k]), atol=1e-6) for k in base)
+
+
+def test_natural_language_training_prompts_train_a_real_backbone(tiny, tiny_project):
+    """prompts.train_file: the prompts stage writes the file's prompts as train_natural.parquet and the train stage
+    trains on them (its record says so); the embedded world's own prompt sets stay."""
+    import shutil
+
+    from flows.pipeline import pipeline
+
+    Path("data/train_prompts").mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "data/train_prompts/examples.txt", "data/train_prompts/examples.txt")
+    result = pipeline(overrides={
+        "model.backbone": "amused", "model.pretrained": str(tiny), "model.lora_rank": 4,
+        "prompts.train_file": "data/train_prompts/examples.txt", "benchmark.variants": ["trained-learned"],
+        "train.rewards": [{"name": "colour_match", "weight": 1.0}], "train.lr_model": 1e-2})
+    prompts = Path(result["stages"]["prompts"]["out"])
+    natural = read_specs(prompts / "train_natural.parquet")
+    lines = (ROOT / "data/train_prompts/examples.txt").read_text().splitlines()
+    assert [s["prompt"] for s in natural] == lines and {s["tag"] for s in natural} == {"natural"}
+    assert (prompts / "train.parquet").is_file()
+    record = json.loads((Path(result["stages"]["train"]["out"]) / "train.json").read_text())
+    assert record["train_prompts"] == f"train_natural.parquet: {len(lines)} prompts"
+
+
+def test_natural_language_prompts_are_refused_where_nothing_can_read_or_score_them(tiny):
+    from cogrpo.config import ParamsError, parse_params
+
+    real = {"model": {"backbone": "amused", "pretrained": str(tiny)}, "prompts": {"train_file": "data/train_prompts/a.txt"}}
+    with pytest.raises(ParamsError, match="prompts.train_file: natural-language prompts need a backbone"):
+        parse_params({"prompts": {"train_file": "data/train_prompts/a.txt"}})
+    with pytest.raises(ParamsError, match="no world spec for compositional to score"):
+        parse_params(real)
+    with pytest.raises(ParamsError, match="key 'prompts.train_file'"):
+        parse_params(real | {"prompts": {"train_file": "elsewhere/a.txt"}})
+    assert parse_params(real | {"train": {"rewards": [{"name": "clip"}]}}).prompts.train_file == "data/train_prompts/a.txt"

@@ -390,3 +390,46 @@ def test_mix_update_moves_the_weights_to_the_stated_point_between_base_and_train
     tr.model.mix_update(tr.ref, 0.3)
     assert all(torch.equal(r, b) for r, b in zip(tr.ref.parameters(), base))
     assert all(torch.allclose(p, b + 0.3 * (t - b), atol=1e-6) for p, b, t in zip(tr.model.parameters(), base, trained))
+
+
+def test_step_selection_random_window_and_entropy():
+    from cogrpo.core.grpo import select_steps
+
+    gen, again = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    assert torch.equal(select_steps("random", 8, 3, gen, 0.4), torch.randperm(8, generator=again)[:3].sort().values)
+    starts = [select_steps("window", 8, 3, gen, i / 40)[0].item() for i in range(40)]
+    assert starts[0] == 0 and starts[-1] == 5 and starts == sorted(starts) and len(set(starts)) == 6  # early → late
+    assert torch.equal(select_steps("window", 8, 3, gen, 0.99), torch.tensor([5, 6, 7]))
+    entropy = torch.tensor([0.1, 2.0, 0.3, 1.5, 0.2, 1.9, 0.0, 0.4])
+    assert select_steps("entropy", 8, 3, gen, 0.0, entropy).tolist() == [1, 3, 5]
+    with pytest.raises(ValueError, match="entropy"):
+        select_steps("entropy", 8, 3, gen, 0.0)
+
+
+@pytest.mark.parametrize("how", ["window", "entropy"])
+def test_an_update_trains_only_the_selected_steps(how, monkeypatch):
+    """The trainer hands select_steps the batch's mean entropy per step and the training progress, and the model's
+    loss is computed on exactly the steps it returns."""
+    import cogrpo.core.trainer as trainer
+
+    tr = _tiny_trainer("co", step_fraction=0.5, step_selection=how)
+    seen, recomputed = {}, []
+    real_select, real_recompute = trainer.select_steps, trainer.trajectory_token_logprobs
+
+    def spy_select(*args):
+        seen["steps"] = real_select(*args)
+        seen["args"] = args
+        return seen["steps"]
+
+    monkeypatch.setattr(trainer, "select_steps", spy_select)
+    monkeypatch.setattr(trainer, "trajectory_token_logprobs",
+                        lambda gen, traj, cond, steps: recomputed.append(steps) or real_recompute(gen, traj, cond, steps))
+    batch = _batch()
+    ro = tr.rollout(batch)
+    metrics = tr.update(batch, ro, torch.rand(8))
+    how_, T, n, _, progress, entropy = seen["args"]
+    assert (how_, T, n, progress) == (how, 4, 2, 0.0) and all(torch.equal(s, seen["steps"]) for s in recomputed)
+    if how == "entropy":
+        assert torch.allclose(entropy, ro.traj.entropy.mean(0)) and set(seen["steps"].tolist()) == set(
+            ro.traj.entropy.mean(0).topk(2).indices.tolist())
+    assert all(math.isfinite(v) for v in metrics.values())

@@ -136,3 +136,21 @@ def test_transfer_keeps_the_schedule_at_equal_steps_and_maps_residuals():
     moved = transfer(learned, base8, base4)
     assert torch.allclose(moved[:-1], apply_actions(base4, torch.full((4, 4), 0.5))[:-1], atol=1e-4)
     assert torch.allclose(transfer(base8, base8, base4)[:-1], base4[:-1], atol=1e-4)
+
+
+def test_each_steps_entropy_is_the_mean_over_the_cells_masked_before_it(model, text):
+    """The rollout records, per step, the mean entropy of the step's sampling distribution (guided, tempered) over
+    the cells still masked: what step_selection 'entropy' ranks steps by; re-derived here from the record."""
+    from cogrpo.core.sampler import countdown, step_logprobs
+
+    emb, mask = text
+    knobs = _knobs()
+    traj = sample(model, C(emb, mask), knobs, torch.arange(N_TRAJ))
+    for t in (0, 3, 7):
+        x = torch.where(traj.commit_step < t, traj.tokens, model.mask_id)
+        lp = step_logprobs(model, x, C(emb, mask), knobs[:, t], countdown(t, 8).expand(N_TRAJ))
+        cell = -(lp.exp() * lp).sum(-1)
+        masked = x == model.mask_id
+        expected = (cell * masked).sum(1) / masked.sum(1)
+        assert torch.allclose(traj.entropy[:, t], expected, atol=1e-5), t
+    assert (traj.entropy[:, 0] > traj.entropy[:, -1]).float().mean() > 0.5 and (traj.entropy >= 0).all()

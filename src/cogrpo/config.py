@@ -85,6 +85,13 @@ class PromptsConfig(_Section):
     dpg_train: int = Field(1000, ge=0, description="Dense DPG-style prompts sampled for the training set.")
     dpg_eval: int = Field(48, ge=0, description="Dense DPG-style prompts in each eval set.")
     eval_per_tag: int = Field(24, ge=1, description="At most this many prompts per GenEval tag in each eval set.")
+    train_file: str | None = Field(
+        None, exclude_if=lambda v: v is None, pattern=r"^data/train_prompts/[^/]+\.(txt|jsonl)$",
+        description="Natural-language training prompts for a backbone that reads any text, trained on rewards that "
+        "need no world spec (imagereward, hpsv2, clip, colour_match): a file in data/train_prompts/ (a DVC "
+        "dependency of the prompts stage), one prompt per line (.txt) or one {\"prompt\": …} object per line "
+        "(.jsonl). The prompts stage writes them as train_natural.parquet, which the train stage then trains on "
+        "instead of the embedded world's train.parquet (the world's own stages keep theirs). None: the world's.")
 
 
 class TokenizerConfig(_Section):
@@ -283,6 +290,7 @@ class RewardModelsConfig(_Section):
 Knob = Literal["ratio", "temperature", "remask_temperature", "cfg"]
 
 
+StepSelection = Literal["random", "window", "entropy"]  # which steps an update trains (TrainConfig.step_selection)
 Mode = Literal["co", "model", "schedule", "alternate"]  # what Co-GRPO trains (TrainConfig.mode says how)
 MODES: tuple[str, ...] = get_args(Mode)
 
@@ -388,6 +396,11 @@ class TrainConfig(_Section):
         "its per-step parameters at schedule.steps read at another count by decoding progress (linear interpolation "
         "between step centres), so training at any count trains the one schedule. False: one policy per count.")
     step_fraction: float = Field(0.5, gt=0, le=1, description="Fraction of the T steps trained per inner epoch.")
+    step_selection: StepSelection = Field(
+        "random", exclude_if=lambda v: v == "random", description="Which steps a step_fraction below 1 trains "
+        "(cogrpo.core.grpo.select_steps): 'random', a fresh uniform subset each update; 'window', consecutive steps "
+        "sliding from the first to the last over the iterations (MixGRPO); 'entropy', the steps where the batch's "
+        "sampling was most uncertain (MaskFocus's critical steps). Measured in docs/bench.md (step selection).")
     inner_epochs: int = Field(1, ge=1, description="Update passes over each rollout batch.")
     processes: int = Field(
         1, ge=1, description="Data-parallel processes of the training (torchrun, gloo on CPUs, NCCL on GPUs: one per "
@@ -616,6 +629,10 @@ class BenchmarkConfig(_Section):
         return [*self.variants, *self.external()]
 
 
+WORLD_SPEC = frozenset({"compositional", "strict", "colour_novelty"})  # rewards (cogrpo.rewards.REGISTRY) that score
+# a prompt's embedded-world spec, so cannot score natural-language prompts (prompts.train_file)
+
+
 class Params(_Section):
     threads: int = Field(2, ge=1, description="torch's CPU threads in the process of every stage that computes with "
                          "torch (a torchrun rank takes threads ÷ processes). In those stages' keys: float reductions, "
@@ -654,6 +671,15 @@ class Params(_Section):
             raise ValueError(f"benchmark.suites {published}: the published benchmarks' prompts need a backbone that "
                              "reads any text (model.backbone: amused or meissonic); the embedded model knows its "
                              "world's words")
+        if self.prompts.train_file:
+            if self.model.backbone == "embedded":
+                raise ValueError("prompts.train_file: natural-language prompts need a backbone that reads any text "
+                                 "(model.backbone: amused or meissonic)")
+            worldly = sorted({t.name for t in [*self.train.rewards, *self.train.eval_rewards]} & WORLD_SPEC)
+            if worldly or self.train.validation.every:
+                raise ValueError(f"prompts.train_file: natural-language prompts have no world spec for "
+                                 f"{', '.join(worldly) or 'train.validation'} to score; use rewards that read the "
+                                 "image and the prompt (imagereward, hpsv2, clip, colour_match)")
         counts = [self.schedule.steps, *self.train.extra_steps]
         per_process(self.train.prompts_per_iter, self.train.processes, "train.prompts_per_iter")
         if len(set(counts)) < len(counts) or min(counts) < 1:

@@ -7,9 +7,12 @@ trained steps; advantages broadcast over steps. Both policies (model θ, schedul
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
+
+if TYPE_CHECKING:
+    from cogrpo.config import StepSelection
 
 
 def group_advantages(rewards: torch.Tensor, scale_by_std: bool = True, eps: float = 1e-4) -> torch.Tensor:
@@ -88,3 +91,20 @@ def schedule_policy_loss(logp: torch.Tensor, logp_old: torch.Tensor, advantages:
     sur = clipped_surrogate(logp, logp_old, advantages, clip_eps)
     return share * sur.loss, {"schedule/loss": share * sur.loss.item(), "schedule/clip_fraction":
                               share * sur.clip_fraction, "schedule/ratio_mean": share * sur.ratio_mean}
+
+
+def select_steps(how: StepSelection, steps: int, n: int, gen: torch.Generator, progress: float,
+                 entropy: torch.Tensor | None = None) -> torch.Tensor:
+    """Which n of a trajectory's T = `steps` decoding steps an update trains, sorted, shared by the batch (so the
+    recompute is one forward): 'random' a uniform subset (drawn from gen); 'window' n consecutive steps that slide
+    from the first steps to the last as training progresses (progress in [0, 1), MixGRPO's sliding window);
+    'entropy' the n steps of highest mean token entropy (T,) over the batch, where the sampling was most
+    uncertain (MaskFocus's critical steps). Every step's log-probs stay exact: only which steps enter the loss."""
+    if how == "random":
+        return torch.randperm(steps, generator=gen)[:n].sort().values
+    if how == "window":
+        start = min(steps - n, int(progress * (steps - n + 1)))
+        return torch.arange(start, start + n)
+    if entropy is None:
+        raise ValueError("step selection 'entropy' needs the steps' entropy")
+    return entropy.topk(n).indices.sort().values

@@ -37,6 +37,7 @@ class Trajectory:
     logp: torch.Tensor  # (n, T) committed-token log-probs at rollout time
     seeds: torch.Tensor  # (n,) per-trajectory noise seeds
     prompt_index: torch.Tensor  # (n,) row of the prompt each trajectory answers
+    entropy: torch.Tensor  # (n, T) mean entropy of the step's sampling distribution over the cells masked before it
 
     @property
     def steps(self) -> int:
@@ -95,7 +96,7 @@ def sample(gen: Generator, cond: Condition, knobs: torch.Tensor, seeds: torch.Te
     rngs = [torch.Generator(device).manual_seed(int(s)) for s in seeds]
     x = torch.full((n, N), mask_id, dtype=torch.long, device=device)
     commit_step = torch.full((n, N), T, dtype=torch.long, device=device)
-    logp = torch.zeros(n, T, device=device)
+    logp, entropy = torch.zeros(n, T, device=device), torch.zeros(n, T, device=device)
     count = torch.full((n,), N, dtype=torch.long, device=device)  # masked cells before the step
     lp = masked = None  # the previous step's log-probs and masked cells
     for t in tqdm(range(T), desc="sampling", leave=False, disable=not progress):
@@ -107,6 +108,7 @@ def sample(gen: Generator, cond: Condition, knobs: torch.Tensor, seeds: torch.Te
         y = (lp + _gumbel(noise[..., :V])).argmax(-1)
         lp_y = lp.gather(-1, y[..., None])[..., 0]
         masked = x == mask_id
+        entropy[:, t] = (torch.special.entr(lp.exp()).sum(-1) * masked).sum(1) / masked.sum(1).clamp(min=1)
         conf = torch.where(masked, lp_y + knobs[:, t, REMASK_TEMPERATURE, None] * _gumbel(noise[..., V]), -torch.inf)
         k = masked.sum(1) - count
         rank = conf.argsort(dim=1, descending=True, stable=True).argsort(dim=1)
@@ -116,7 +118,8 @@ def sample(gen: Generator, cond: Condition, knobs: torch.Tensor, seeds: torch.Te
         logp[:, t] = (lp_y * commit).sum(1)
     if prompt_index is None:
         prompt_index = torch.arange(n)
-    return Trajectory(x.cpu(), commit_step.cpu(), knobs.cpu().clone(), logp.cpu(), seeds.clone(), prompt_index.clone())
+    return Trajectory(x.cpu(), commit_step.cpu(), knobs.cpu().clone(), logp.cpu(), seeds.clone(), prompt_index.clone(),
+                      entropy.cpu())
 
 
 def trajectory_token_logprobs(gen: Generator, traj: Trajectory, cond: Condition,

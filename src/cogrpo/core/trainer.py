@@ -30,7 +30,8 @@ from cogrpo.config import TrainConfig
 from cogrpo.core.batch import GroupedBatch
 from cogrpo.core.distributed import SINGLE, Ranks
 from cogrpo.core.generator import Generator
-from cogrpo.core.grpo import aggregated_advantages, schedule_policy_loss, token_policy_loss, zero_std_fraction
+from cogrpo.core.grpo import (aggregated_advantages, schedule_policy_loss, select_steps, token_policy_loss,
+                              zero_std_fraction)
 from cogrpo.core.policy import (ProgressSchedulePolicy, PromptSchedulePolicy, SchedulePolicy, StateChoices,
                                 StateSchedulePolicy)
 from cogrpo.core.sampler import Trajectory, sample, trajectory_token_logprobs
@@ -208,9 +209,11 @@ class CoGRPO:
         if cfg.mode == "alternate":
             metrics["alternate/model_phase"] = float(update_model)
         skipped, self.skip_reasons = 0, []
+        entropy = self.ranks.gather(ro.traj.entropy).mean(0) if cfg.step_selection == "entropy" else None
         for _ in range(cfg.inner_epochs):
-            # one random subset of steps per epoch, shared by the batch, so the recompute is one forward
-            steps = torch.randperm(T, generator=gen)[:n_steps].sort().values
+            # one subset of steps per epoch, shared by the batch, so the recompute is one forward
+            steps = select_steps(cfg.step_selection, T, n_steps, gen, self.iteration / cfg.iterations,
+                                 entropy)
             for opt in self._optimizers():
                 opt.zero_grad(set_to_none=True)
             part: dict[str, float] = {}
