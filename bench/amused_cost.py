@@ -3,7 +3,9 @@
   P7   cogrpo's sampler ÷ diffusers' AmusedPipeline, same model, prompts, batch, steps and CFG (goal ≤ 1.0: the
        per-trajectory knobs must cost nothing). Both decode to images. Ours samples with the LoRA adapters off,
        as an exported model (adapters fused) does; lora_sampling_overhead is a training rollout's extra cost
-       with the unfused adapters on (peft runs each adapter beside its base layer, in fp32).
+       as it decodes (`Generator.sampling()`: adapters folded into fp32 weights; 16-bit weights keep them unfused),
+       lora_unfused_overhead the same with peft's adapters beside their base layers (in fp32), and
+       P7_training_rollout_over_pipeline is P7 times lora_sampling_overhead (goal ≤ 1.05).
   P1   FLOP/s the sampler achieves (torch's FlopCounterMode over one call) ÷ the device's GEMM FLOP/s in the same
        dtype, measured here (goal ≥ 0.5).
   update cost: one LoRA Co-GRPO update per trained step ÷ rollout per step; peak memory of each (CUDA).
@@ -148,7 +150,13 @@ def measure(folder: Path, dtype: str, args) -> dict:
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         sample(plain, cond, knobs, seeds)
     sampler_only_s = timed(lambda: sample(plain, cond, knobs, seeds), device, args.repeats)
-    with_adapters_s, without_s = interleaved(lambda: sample(gen, cond, knobs, seeds),
+    def rollout_sampling():  # as a training rollout decodes: adapters folded where the dtype allows (sampling())
+        with gen.sampling():
+            return sample(gen, cond, knobs, seeds)
+
+    with_adapters_s, without_s = interleaved(rollout_sampling, lambda: sample(plain, cond, knobs, seeds), device,
+                                             args.repeats)
+    unfused_s, without_again_s = interleaved(lambda: sample(gen, cond, knobs, seeds),
                                              lambda: sample(plain, cond, knobs, seeds), device, args.repeats)
     gemm = gemm_flops(device, DTYPES[dtype], args.gemm_n)
 
@@ -174,6 +182,8 @@ def measure(folder: Path, dtype: str, args) -> dict:
         "trained_params": sum(p.numel() for p in gen.trainable_parameters()),
         "P7_sampler_over_pipeline": ours_s / theirs_s, "sampler_s": ours_s, "pipeline_s": theirs_s,
         "lora_sampling_overhead": with_adapters_s / without_s,
+        "lora_unfused_overhead": unfused_s / without_again_s,
+        "P7_training_rollout_over_pipeline": ours_s * with_adapters_s / without_s / theirs_s,
         "P1_achieved_over_gemm": counter.get_total_flops() / sampler_only_s / gemm,
         "sampler_tflops": counter.get_total_flops() / sampler_only_s / 1e12, "gemm_tflops": gemm / 1e12,
         "rollout_s_per_step": rollout_s / args.steps, "update_s_per_trained_step": update_s / trained_steps,

@@ -248,10 +248,11 @@ def generate_cells(params: Params, inputs: dict[str, Path], cells: list[Cell], s
             torch.set_num_threads(params.threads)
             loaded[cell.model] = cell_generator(params, inputs, cell)
         total = batches(cell.suite, batch_prompts)
-        ran[name] = generate_cell(loaded[cell.model], cell.suite, cell.knobs, params.eval.seed, batch_prompts,
-                                  cell.folder, shard, shards,
-                                  on_batch=lambda b, label=name, total=total: report and report(label, b + 1, total),
-                                  policy=cell.policy and load_conditioned_policy(cell.policy))
+        with loaded[cell.model].sampling():  # e.g. LoRA adapters folded into the weights while decoding
+            ran[name] = generate_cell(loaded[cell.model], cell.suite, cell.knobs, params.eval.seed, batch_prompts,
+                                      cell.folder, shard, shards, on_batch=lambda b, label=name, total=total:
+                                      report and report(label, b + 1, total),
+                                      policy=cell.policy and load_conditioned_policy(cell.policy))
     return ran
 
 

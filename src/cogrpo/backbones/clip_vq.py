@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -163,6 +164,34 @@ class ClipVQGenerator(nn.Module):
         self.training = mode
         self.transformer.train(mode)
         return self
+
+    @contextmanager
+    def sampling(self) -> Iterator[None]:
+        """Decoding at the cost of the model without adapters (issue 27): each LoRA layer's base weight is swapped
+        for a folded copy, W + ΔW computed in fp32 and stored in W's dtype, and its adapter branch skipped (peft's
+        `merged_adapters`, as after a merge); on leaving, the original weights are put back untouched (a merge and
+        unmerge in place would drift W by rounding). Costs a copy of the adapted weights while inside. fp32 weights
+        only: the folded log-probs match the adapters-on recompute of the update to ~1e-5 per step (the test's
+        tolerance 1e-4), while a 16-bit W + ΔW rounds the update away (bf16, tiny aMUSEd: 0.54 per step, so PPO's
+        ratio would start at e^±0.5), so 16-bit weights decode with the adapters unfused."""
+        swapped = []
+        if self.lora and DTYPES[self.cfg.dtype] == torch.float32:
+            from peft.tuners.lora import LoraLayer
+
+            with torch.no_grad():
+                for module in self.transformer.modules():
+                    if isinstance(module, LoraLayer) and not module.merged and module.active_adapters:
+                        base = module.get_base_layer()
+                        delta = sum(module.get_delta_weight(a).float() for a in module.active_adapters)
+                        swapped.append((module, base, base.weight.data))
+                        base.weight.data = (base.weight.data.float() + delta).to(base.weight.dtype)
+                        module.merged_adapters = list(module.active_adapters)  # forward: the base layer alone
+        try:
+            yield
+        finally:
+            for module, base, weight in swapped:
+                base.weight.data = weight
+                module.merged_adapters = []
 
     @torch.no_grad()
     def decode(self, tokens: torch.Tensor, batch: int = 16) -> np.ndarray:

@@ -4,6 +4,7 @@ behind the `Generator` interface (cogrpo.core.generator). Everything trains; the
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 
@@ -58,6 +59,10 @@ class EmbeddedGenerator(nn.Module):
 
     def reference(self) -> "EmbeddedGenerator":
         return EmbeddedGenerator(copy.deepcopy(self.model).eval().requires_grad_(False), self.text, self.tokenizer)
+
+    def sampling(self) -> contextlib.nullcontext:
+        """Decoding as it is: nothing to fold."""
+        return contextlib.nullcontext()
 
     @torch.no_grad()
     def mix_update(self, reference: "EmbeddedGenerator", weight: float) -> None:

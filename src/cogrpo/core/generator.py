@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import ContextManager, Protocol
 
 import numpy as np
 import torch
@@ -63,6 +63,11 @@ class Generator(Protocol):
 
     def decode(self, tokens: torch.Tensor) -> np.ndarray:
         """Final tokens (B, N) → uint8 RGB images (B, H, W, 3)."""
+
+    def sampling(self) -> ContextManager[None]:
+        """A context for decoding without autograd (a rollout) in which the generator computes what it computes
+        outside it, at the lowest cost it can (aMUSEd and Meissonic with LoRA: the adapters folded into the
+        weights); what it changes is undone on leaving."""
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """What a model update trains (LoRA adapters, or every weight of the denoiser)."""

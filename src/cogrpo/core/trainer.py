@@ -156,13 +156,19 @@ class CoGRPO:
         seeds and keeps its share, so a rank's trajectories are those one process would make for its prompts."""
         policy = self.policies[str(self.current_steps())]
         n = batch.trajectories * self.ranks.world
-        T, mine = policy.steps, self.ranks.share(n)
+        mine = self.ranks.share(n)
         gen = iteration_generator(self.cfg.seed, self.iteration, 1)
         noise = policy.noise(n, gen)[mine] if self.train_schedule else None
         seeds = torch.randint(0, 2**62, (n,), generator=gen)[mine]
         cond = batch.trajectory_cond()
         context = self.model.prompt_features(cond) if policy.conditioned else None
         self.model.eval()
+        with self.model.sampling():  # e.g. LoRA folded into the weights: no adapter cost while decoding
+            return self._sample(policy, cond, noise, seeds, batch, context)
+
+    def _sample(self, policy: SchedulePolicy, cond, noise: torch.Tensor | None, seeds: torch.Tensor,
+                batch: GroupedBatch, context: torch.Tensor | None) -> Rollout:
+        T = policy.steps
         if not self.train_schedule:  # model mode: the deterministic base schedule
             actions = torch.zeros(len(seeds), T, len(KNOBS))
             traj = sample(self.model, cond, policy.knobs(actions), seeds, batch.trajectory_rows())
