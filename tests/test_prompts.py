@@ -1,5 +1,7 @@
 """The prompt grammar and the split."""
 
+import pytest
+
 from cogrpo.world.prompts import GENEVAL_TAGS, involves
 
 
@@ -33,3 +35,21 @@ def test_dpg_prompts_are_dense(prompt_sets):
     for s in dpg:
         assert len(s["include"]) >= 3 and all("color" in i for i in s["include"])
         assert any("position" in i for i in s["include"])
+
+
+def test_natural_prompt_files_are_read_or_refused_in_one_line_naming_file_and_line(tmp_path):
+    from cogrpo.errors import InputError
+    from tasks.data import read_natural_prompts
+
+    txt, jsonl = tmp_path / "a.txt", tmp_path / "b.jsonl"
+    txt.write_text("a red bicycle\n\n  two cats on a sofa  \n")
+    jsonl.write_text('{"prompt": "a lighthouse"}\n{"prompt": "a fox in snow"}\n')
+    assert read_natural_prompts(txt) == ["a red bicycle", "two cats on a sofa"]
+    assert read_natural_prompts(jsonl) == ["a lighthouse", "a fox in snow"]
+    for path, text, message in ((jsonl, '{"prompt": "ok"}\n{"text": "no"}\n', "b.jsonl:2: not a JSON object"),
+                                (jsonl, '{"prompt": 3}\n', "b.jsonl:1: the prompt is not a non-empty string"),
+                                (txt, "\n \n", "a.txt: no prompts"), (tmp_path / "c.txt", None, "c.txt: training prompt file not found")):
+        if text is not None:
+            path.write_text(text)
+        with pytest.raises(InputError, match=message):
+            read_natural_prompts(path)
