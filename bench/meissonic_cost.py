@@ -190,7 +190,8 @@ def measure(folder: Path, dtype: str, args) -> dict:
 def flop_model(resolution: int, lora_rank: int, **transformer) -> dict:
     """TFLOP per image of the parts of a Meissonic (MeissonicTransformer's defaults, i.e. the published config,
     unless `transformer` overrides fields), counted on the meta device (no memory, no compute; the counter reads
-    shapes): the transformer's forward with LoRA adapters on the attention projections, its backward with only
+    shapes): the transformer's forward with LoRA adapters on the attention projections (and without them,
+    `forward_folded`: what an fp32 rollout costs with the adapters folded), its backward with only
     the adapters trained (lora_rank 0: every weight), the Flux blocks' forward alone (what gradient checkpointing recomputes), the VQ-GAN's
     decoding of the token grid and the CLIP text tower (the published shapes' ones; the tiny's with --config tiny)."""
     from diffusers import VQModel
@@ -220,6 +221,13 @@ def flop_model(resolution: int, lora_rank: int, **transformer) -> dict:
                       encoder_hidden_states=torch.zeros(1, TEXT_TOKENS, cfg.joint_attention_dim),
                       pooled_projections=torch.zeros(1, cfg.pooled_projection_dim), micro_conds=torch.zeros(1, 5),
                       timestep=torch.zeros(1))
+        if lora_rank:  # a rollout in fp32 decodes with the adapters folded into the weights (Generator.sampling())
+            model.disable_adapters()
+            with count(None) as folded:
+                model(**inputs)
+            model.enable_adapters()
+            for name, p in model.named_parameters():
+                p.requires_grad_("lora_" in name)
         with count(None) as forward:
             logits = model(**inputs)
         with count(None) as backward:
@@ -233,6 +241,7 @@ def flop_model(resolution: int, lora_rank: int, **transformer) -> dict:
     blocks = sum(sum(ops.values()) for name, ops in by_module.items()
                  if name.count(".") == 2 and name.split(".")[1] in ("transformer_blocks", "single_transformer_blocks"))
     return {"forward": forward.get_total_flops() / 1e12, "backward": backward.get_total_flops() / 1e12,
+            "forward_folded": (folded if lora_rank else forward).get_total_flops() / 1e12,
             "blocks_forward": blocks / 1e12, "vq_decode": decode.get_total_flops() / 1e12,
             "text_encode": encode.get_total_flops() / 1e12, "tokens": side * side}
 
@@ -255,7 +264,8 @@ def estimate(args) -> dict:
                    **(dict(num_layers=args.layers[0], num_single_layers=args.layers[1]) if args.layers else {}))
     T, n = args.steps[0], args.prompts * args.group
     trained = max(1, math.ceil(0.5 * T))  # train.step_fraction's default
-    per_step = 2 * f["forward"]  # a rollout step of one trajectory: the guided pair
+    # a rollout step of one trajectory: the guided pair, its LoRA adapters unfused in 16-bit weights, folded in fp32
+    per_step = 2 * f["forward" if args.rollout_dtype != "fp32" else "forward_folded"]
     # a trained step of one trajectory: the guided pair with gradients (forward, backward), the reference pair
     # (adapters off: counted with them, a rounding), with checkpointing the blocks' forward again
     per_trained = 2 * (f["forward"] + f["backward"]) + 2 * f["forward"]
@@ -310,6 +320,8 @@ def main(argv: list[str] | None = None) -> dict:
     est = ap.add_argument_group("--estimate: the paper's run by arithmetic on FLOPs counted on the meta device "
                                 "(seconds, no memory): --prompts × --group trajectories at the first of --steps")
     est.add_argument("--estimate", action="store_true")
+    est.add_argument("--rollout-dtype", default="bf16", choices=list(DTYPES),
+                     help="the weights' dtype of the estimated run: fp32 rollouts fold the adapters into the weights")
     est.add_argument("--gpu-tflops", type=float, default=989.0, help="dense bf16 peak per GPU (H100 SXM: 989)")
     est.add_argument("--mfu", type=float, default=0.3,
                      help="the fraction of it achieved (aMUSEd-256's sampler: 201 TFLOP/s bf16 on an H200, 0.2 of "

@@ -54,9 +54,12 @@ def test_the_estimate_s_arithmetic_gives_the_flops_the_measurement_counts(tiny_r
     estimate counts the reference pair with its adapters, the trainer also updates the schedule policy)."""
     run = tiny_report[0]["runs"][0]
     est = main(["--config", "tiny", "--estimate", "--prompts", "1", "--group", "2", "--steps", "2",
-                "--out", str(tmp_path / "estimate.json")])
+                "--rollout-dtype", run["dtype"], "--out", str(tmp_path / "estimate.json")])
     per = est["tflop_per_trajectory"]
-    assert per["rollout_step"] * 1e3 == pytest.approx(run["training_rollout_gflop_per_trajectory_step"], rel=1e-6)
+    # (an fp32 rollout also folds each adapter once, B·A: a share of a percent on the tiny shapes, counted by the
+    # measurement, not by the per-step estimate)
+    assert per["rollout_step"] * 1e3 == pytest.approx(run["training_rollout_gflop_per_trajectory_step"], rel=0.01)
+    assert per["rollout_step"] * 1e3 <= run["training_rollout_gflop_per_trajectory_step"]
     assert per["trained_step"] * 1e3 == pytest.approx(run["update_gflop_per_trajectory_trained_step"], rel=0.03)
     assert per["trained_step_checkpointed"] * 1e3 == pytest.approx(
         run["update_checkpointed_gflop_per_trajectory_trained_step"], rel=0.03)

@@ -56,7 +56,9 @@ def _project_copy(tmp_path: Path) -> Path:
     """The project's code, declared data, dvc.yaml and params.yaml in a fresh folder."""
     work = tmp_path / "project"
     files = [f for folder in ("src", "tasks", "flows", "pipelines", "adapters") for f in (ROOT / folder).rglob("*.py")]
-    data = list((ROOT / "data" / "benchmarks").iterdir())  # the benchmark stage's declared data
+    from flows.stages import STAGES
+
+    data = [f for stage in STAGES.values() for d in stage.data for f in (ROOT / d).iterdir()]  # declared data
     for f in files + data + [ROOT / "dvc.yaml", ROOT / "params.yaml"]:
         (work / f.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(f, work / f.relative_to(ROOT))
