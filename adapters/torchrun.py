@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,8 @@ def train_processes(params: Params, inputs: dict[str, Path], out: Path, state_di
         proc = subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True,
                                 preexec_fn=die_with_parent)
         try:
-            proc.wait()
+            while proc.poll() is None:  # waits in short sleeps: a Ctrl-C delivered to another of this process's
+                time.sleep(0.2)  # threads (Prefect's) must find the main thread in Python, not blocked in waitpid
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
