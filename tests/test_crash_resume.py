@@ -172,17 +172,22 @@ def test_a_corrupt_checkpoint_falls_back_to_the_previous_good_one(trained_inputs
         _set_iterations(work, ITERATIONS)
 
 
-def _our_servers() -> set[str]:
-    """Temporary Prefect servers started by cogrpo's entry points (adapters/prefect_api.py), by pid."""
+def _processes(has: bytes, *lacks: bytes) -> set[str]:
+    """Live processes whose command line has the argument `has` and none of `lacks`, by pid."""
     found = set()
     for proc in Path("/proc").iterdir():
         try:
             args = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"prefect.server.api.server:create_app" in args and b"--app-dir" not in args:
+        if has in args and not any(a in args for a in lacks):
             found.add(proc.name)
     return found
+
+
+def _our_servers() -> set[str]:
+    """Temporary Prefect servers started by cogrpo's entry points (adapters/prefect_api.py), by pid."""
+    return _processes(b"prefect.server.api.server:create_app", b"--app-dir")
 
 
 def _own_api_cmd(cwd: Path) -> subprocess.Popen:
@@ -259,16 +264,8 @@ def test_kill_9_leaves_no_temporary_server_behind(trained_inputs):
 
 
 def _training_ranks() -> set[str]:
-    """Live processes of a multi-process training (torchrun and its ranks), by pid."""
-    found = set()
-    for proc in Path("/proc").iterdir():
-        try:
-            args = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"pipelines.train_ranks" in args:
-            found.add(proc.name)
-    return found
+    """Live processes of a multi-process training (its ranks), by pid."""
+    return _processes(b"pipelines.train_ranks")
 
 
 @pytest.mark.slow  # two ranks and a rerun: ~1 minute; `make bench` runs it
