@@ -71,14 +71,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     apply_defaults()
     from adapters.prefect_api import temporary_api
-    from cogrpo.io import write_json, write_text_atomic
+    from bench.robustness import save_report
 
     report: dict = {"watch": WATCH, "cases": {}}
     with temporary_api():
         for name, overrides in CASES.items():
             report["cases"][name] = run_case(WATCH | overrides)
-            write_json(f"{args.out}.json", report)
-            write_text_atomic(f"{args.out}.md", markdown(report))
+            save_report(args.out, report, markdown)
     print(Path(f"{args.out}.md").read_text())
     return report
 

@@ -78,6 +78,14 @@ def run_case(case: str, common: dict) -> dict:
         trained["history"], result["baseline"]["heldout"], result["eval"]["heldout"])
 
 
+def save_report(out: str, report: dict, markdown) -> None:
+    """<out>.json and <out>.md (markdown(report)), rewritten whole after every run of a bench that uses the flow."""
+    from cogrpo.io import write_json, write_text_atomic
+
+    write_json(f"{out}.json", report)
+    write_text_atomic(f"{out}.md", markdown(report))
+
+
 def markdown(report: dict) -> str:
     rows = report["cases"]
     lines = [f"# Robustness of the default run ({len(rows)} cases)", "",
@@ -111,15 +119,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     apply_defaults()
     from adapters.prefect_api import temporary_api
-    from cogrpo.io import write_json, write_text_atomic
 
     common = json.loads(args.set)
     report: dict = {"set": common, "cases": []}
     with temporary_api():
         for case in args.cases:
             report["cases"].append(run_case(case, common))
-            write_json(f"{args.out}.json", report)
-            write_text_atomic(f"{args.out}.md", markdown(report))
+            save_report(args.out, report, markdown)
     print(Path(f"{args.out}.md").read_text())
     return report
 

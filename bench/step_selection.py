@@ -78,15 +78,14 @@ def main(argv: list[str] | None = None) -> dict:
 
     apply_defaults()
     from adapters.prefect_api import temporary_api
-    from cogrpo.io import write_json, write_text_atomic
+    from bench.robustness import save_report
 
     report: dict = {"fraction": args.fraction, "how": args.how, "seeds": args.seeds, "runs": []}
     with temporary_api():
         for seed in args.seeds:
             for how in args.how:
                 report["runs"].append(run_one(how, seed, args.fraction))
-                write_json(f"{args.out}.json", report)
-                write_text_atomic(f"{args.out}.md", markdown(report))
+                save_report(args.out, report, markdown)
     print(Path(f"{args.out}.md").read_text())
     return report
 
