@@ -11,9 +11,13 @@ the model calls it (a transposed weight view, SDPA with a boolean mask), and tim
 that spent no time outside them would reach; `outside_kernels` = the share of the sampler's time spent elsewhere
 (activations, layer norms, concatenations, the sampling itself). The attention calls are also replayed on torch's
 math backend (`kernels.attention.math_backend_seconds`): is the flash kernel the faster path at these shapes?
---compile times the sampler with the MDM's guided forward under torch.compile (inductor: the GELUs, layer norms and
-concatenations fused around the GEMMs), after a warm-up that compiles it; the kernels are not replayed then. Not
-the sampler's default: compiled kernels round differently, and the compilation costs seconds to minutes per process (inductor's cache).
+--compile times the sampler as `model.compile: true` decodes: each whole step (the guided forward, the knobs, the
+Gumbel draws and the top-k commit) under torch.compile (inductor fuses the GELUs, layer norms, concatenations and the
+sampling arithmetic around the GEMMs), after a warm-up that compiles it; the kernels are not replayed then. Not the
+default: compiled kernels round differently, and the compilation costs seconds to minutes per process.
+images_per_s_context_every_step: the eager sampler as it was before it computed the prompts' context keys and
+values once per decoding (`Generator.decoding_condition`, issue 27 item 3), recomputing them at every step;
+speedup_over_context_every_step = that time ÷ the measured one.
 Usage: python bench/sampler_throughput.py [--model models/base] [--batch 256] [--steps 8] [--compile]
 """
 
@@ -96,7 +100,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--text-tokens", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--compile", action="store_true", help="the MDM's guided forward under torch.compile")
+    ap.add_argument("--compile", action="store_true", help="each whole step under torch.compile (model.compile)")
     ap.add_argument("--out", default="reports/sampler_throughput.json")
     args = ap.parse_args()
     torch.set_num_threads(2)
@@ -117,10 +121,13 @@ def main() -> None:
             sample(model, cond, knobs, seeds)
         return (time.perf_counter() - start) / args.repeats
 
+    # Before issue 27 item 3 the prompts' context keys and values were recomputed at every step: time that too.
+    model.decoding_condition = lambda c: c  # shadows the method on this instance
+    every_step_s = seconds_per_call()
+    del model.decoding_condition
     if args.compile:  # eager first, in this process, for the speed-up
         eager_s = seconds_per_call()
-        mdm = model.model  # the guided forward, CFG's two halves and their mix included
-        mdm.guided_logits = torch.compile(mdm.guided_logits, dynamic=False)
+        model.compile_sampling = True  # model.compile: the whole step, as the pipeline decodes with it
         compile_start = time.perf_counter()
         sample(model, cond, knobs, seeds)
         compile_s = time.perf_counter() - compile_start
@@ -129,7 +136,9 @@ def main() -> None:
     achieved = flops / seconds
     report = {"images_per_s": args.batch / seconds, "model_gflop_per_image": flops / args.batch / 1e9,
               "achieved_gflops": achieved / 1e9, "matmul_fp32_gflops": peak / 1e9, "ratio": achieved / peak,
-              "batch": args.batch, "steps": args.steps, "params": sum(p.numel() for p in model.parameters())}
+              "batch": args.batch, "steps": args.steps, "params": sum(p.numel() for p in model.parameters()),
+              "images_per_s_context_every_step": args.batch / every_step_s,
+              "speedup_over_context_every_step": every_step_s / seconds}
     if args.compile:
         write(report | {"compiled": True, "first_call_seconds": compile_s, "eager_ratio": flops / eager_s / peak,
                         "speedup_over_eager": eager_s / seconds}, args.out)

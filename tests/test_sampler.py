@@ -154,3 +154,37 @@ def test_each_steps_entropy_is_the_mean_over_the_cells_masked_before_it(model, t
         expected = (cell * masked).sum(1) / masked.sum(1)
         assert torch.allclose(traj.entropy[:, t], expected, atol=1e-5), t
     assert (traj.entropy[:, 0] > traj.entropy[:, -1]).float().mean() > 0.5 and (traj.entropy >= 0).all()
+
+
+def test_compiled_step_decodes_as_eager(model, text):
+    """model.compile: the whole decoding step under torch.compile commits eager's tokens at eager's steps, with the
+    log-probs within float rounding (inductor fuses the log-softmax and sums in another order)."""
+    from torch._dynamo.utils import counters
+
+    emb, mask = text
+    knobs, seeds = _knobs(), torch.arange(N_TRAJ) + 7
+    eager = sample(model, C(emb, mask), knobs, seeds)
+    compiled_frames = counters["frames"]["ok"]
+    model.compile_sampling = True
+    try:
+        compiled = sample(model, C(emb, mask), knobs, seeds)
+    finally:
+        model.compile_sampling = False
+    assert counters["frames"]["ok"] > compiled_frames  # the step did run compiled
+    assert torch.equal(compiled.tokens, eager.tokens) and torch.equal(compiled.commit_step, eager.commit_step)
+    torch.testing.assert_close(compiled.logp, eager.logp, atol=1e-4, rtol=0)
+    torch.testing.assert_close(compiled.entropy, eager.entropy, atol=1e-4, rtol=0)
+
+
+def test_a_decodings_prepared_context_gives_the_same_logits(model, text):
+    """The sampler computes the prompts' keys and values once per decoding (decoding_condition): each prompt keeps
+    its own and its null prompt's, so every step's guided logits are bit for bit those of the full forward."""
+    emb, mask = text
+    cond, w = C(emb, mask), torch.linspace(1.0, 5.0, N_TRAJ)
+    tokens = sample(model, cond, _knobs(), torch.arange(N_TRAJ)).tokens
+    tokens[:, ::3] = model.mask_id  # a partly decoded state
+    prepared = model.decoding_condition(cond)
+    assert torch.equal(model.guided_logits(tokens, prepared, w), model.guided_logits(tokens, cond, w))
+    for key in ("context_kv", "context_mask"):  # another prompt's context, the null prompt's mask
+        wrong = Condition(prepared.tensors | {key: prepared.tensors[key].roll(1, dims=0 if key == "context_kv" else 1)})
+        assert not torch.allclose(model.guided_logits(tokens, wrong, w), model.guided_logits(tokens, cond, w))

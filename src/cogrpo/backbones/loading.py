@@ -22,6 +22,12 @@ def load_generator(cfg: ModelConfig, inputs: dict[str, Path], world: WorldConfig
     """embedded: the MDM in inputs["model"], decoding through inputs["tokenizer"] (with `world`, as the stages
     pass it, refused where they were made for another board). amused, meissonic: model.pretrained, with the
     trained weights in inputs["model"] when there is one and it holds any."""
+    gen = _load(cfg, inputs, world)
+    gen.compile_sampling = cfg.compile
+    return gen
+
+
+def _load(cfg: ModelConfig, inputs: dict[str, Path], world: WorldConfig | None) -> Generator:
     if cfg.backbone == "embedded":
         from cogrpo.backbones.embedded import EmbeddedGenerator
 

@@ -64,11 +64,19 @@ class Block(nn.Module):
         self.qkv, self.ctx_kv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, 2 * dim), nn.Linear(dim, dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), nn.Dropout(dropout))
 
-    def forward(self, x: torch.Tensor, ctx: torch.Tensor, attend: torch.Tensor) -> torch.Tensor:
+    def _split(self, t: torch.Tensor, n: int) -> torch.Tensor:
+        """(B, L, n·D) → (n, B, heads, L, D / heads)."""
+        B, _, D = t.shape
+        return t.view(B, -1, n, self.heads, D // n // self.heads).permute(2, 0, 3, 1, 4)
+
+    def context_kv(self, ctx: torch.Tensor) -> torch.Tensor:
+        """The context's keys and values (2, B, heads, L, D / heads): what the block reads of the prompt."""
+        return self._split(self.ctx_kv(ctx), 2)
+
+    def forward(self, x: torch.Tensor, ctx_kv: torch.Tensor, attend: torch.Tensor) -> torch.Tensor:
         B, N, D = x.shape
-        split = lambda t, n: t.view(B, -1, n, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)  # noqa: E731
-        q, k, v = split(self.qkv(self.norm1(x)), 3)
-        kc, vc = split(self.ctx_kv(ctx), 2)
+        q, k, v = self._split(self.qkv(self.norm1(x)), 3)
+        kc, vc = ctx_kv
         a = F.scaled_dot_product_attention(q, torch.cat([kc, k], 2), torch.cat([vc, v], 2),
                                            attn_mask=attend[:, None, None, :],
                                            dropout_p=self.dropout if self.training else 0.0)
@@ -112,30 +120,48 @@ class MDM(nn.Module):
         obj = self.shape_emb(code // C % self.cfg.n_shapes) + self.color_emb(code % C)
         return self.kind(kind) + obj * is_obj[..., None] + self.row_emb(self.rows) + self.col_emb(self.cols)
 
-    def forward(self, tokens: torch.Tensor, text: torch.Tensor, text_mask: torch.Tensor,
-                drop: torch.Tensor | None = None) -> torch.Tensor:
-        """tokens (B, N) with [MASK] = cfg.mask_id; text (B, L, text_dim); text_mask (B, L) of real tokens;
-        drop (B,) bool replaces the prompt by the null prompt. Returns logits (B, N, vocab_size)."""
-        B, N = tokens.shape
+    def context(self, text: torch.Tensor, text_mask: torch.Tensor,
+                drop: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """What every block reads of the prompt, whatever the image tokens: each block's context keys and values
+        (layers, 2, B, heads, 1 + L, D / heads) and which context tokens are attended (B, 1 + L). The same at every
+        decoding step, so a sampler computes it once per decoding (`forward`'s context)."""
+        B = len(text)
         if drop is not None:
             text_mask = text_mask & ~drop[:, None]
         ctx = self.ctx_norm(torch.cat([self.null.expand(B, 1, -1), self.text_proj(text)], 1))
-        attend = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=tokens.device), text_mask,
-                            torch.ones(B, N, dtype=torch.bool, device=tokens.device)], 1)
+        kv = torch.stack([block.context_kv(ctx) for block in self.blocks])
+        return kv, torch.cat([torch.ones(B, 1, dtype=torch.bool, device=text.device), text_mask], 1)
+
+    def forward(self, tokens: torch.Tensor, text: torch.Tensor | None, text_mask: torch.Tensor | None,
+                drop: torch.Tensor | None = None,
+                context: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """tokens (B, N) with [MASK] = cfg.mask_id; text (B, L, text_dim); text_mask (B, L) of real tokens;
+        drop (B,) bool replaces the prompt by the null prompt; or instead of the three, their `context`.
+        Returns logits (B, N, vocab_size)."""
+        B, N = tokens.shape
+        kv, ctx_mask = self.context(text, text_mask, drop) if context is None else context
+        attend = torch.cat([ctx_mask, torch.ones(B, N, dtype=torch.bool, device=tokens.device)], 1)
         x = self.embed_tokens(tokens)
-        for block in self.blocks:
-            x = block(x, ctx, attend)
+        for block, ctx_kv in zip(self.blocks, kv, strict=True):
+            x = block(x, ctx_kv, attend)
         h = self.head(self.norm(x))
         empty, shape, color = h.split([1, self.cfg.n_shapes, self.cfg.n_colors], -1)
         objects = (shape[..., :, None] + color[..., None, :]).flatten(-2)
         return torch.cat([empty, objects], -1)
 
-    def guided_logits(self, tokens: torch.Tensor, text: torch.Tensor, text_mask: torch.Tensor,
-                      cfg_scale: torch.Tensor) -> torch.Tensor:
-        """l_u + w (l_c − l_u) from one batched forward; cfg_scale (B,)."""
+    def guided_context(self, text: torch.Tensor, text_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The `context` of guided_logits' batch: the B prompts, then the B null prompts."""
+        drop = torch.arange(2 * len(text), device=text.device) >= len(text)
+        return self.context(text.repeat(2, 1, 1), text_mask.repeat(2, 1), drop)
+
+    def guided_logits(self, tokens: torch.Tensor, text: torch.Tensor | None, text_mask: torch.Tensor | None,
+                      cfg_scale: torch.Tensor,
+                      context: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """l_u + w (l_c − l_u) from one batched forward; cfg_scale (B,); the prompts as text and text_mask, or as
+        their `guided_context`."""
         B = len(tokens)
-        drop = torch.arange(2 * B, device=tokens.device) >= B
-        logits = self(tokens.repeat(2, 1), text.repeat(2, 1, 1), text_mask.repeat(2, 1), drop)
+        logits = self(tokens.repeat(2, 1), None, None,
+                      context=self.guided_context(text, text_mask) if context is None else context)
         cond, uncond = logits[:B], logits[B:]
         return uncond + cfg_scale[:, None, None] * (cond - uncond)
 

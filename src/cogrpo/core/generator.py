@@ -46,6 +46,7 @@ class Generator(Protocol):
     mask_id: int  # the [MASK] token of a token state
     device: torch.device
     prompt_feature_dim: int  # F of prompt_features
+    compile_sampling: bool  # the sampler decodes each step under torch.compile (model.compile; absent: False)
 
     def encode(self, prompts: list[str]) -> Condition:
         """The prompts' condition (one row per prompt)."""
@@ -60,6 +61,11 @@ class Generator(Protocol):
         timestep (B,) long, from the sampler: each row's decoding step t of T as a MaskGIT scheduler counts it
         down, T − 1 − t (T − 1 at the first step, 0 at the last; `sampler.countdown`). Meissonic's transformer
         reads it, as its pipeline passes the scheduler's timestep; the embedded MDM and aMUSEd ignore it."""
+
+    def decoding_condition(self, cond: Condition) -> Condition:
+        """cond with what every decoding step's guided forward computes from the prompts alone, computed once for a
+        whole decoding (the sampler asks before its first step; the embedded MDM: its context keys and values);
+        guided_logits gives the same logits from either."""
 
     def decode(self, tokens: torch.Tensor) -> np.ndarray:
         """Final tokens (B, N) → uint8 RGB images (B, H, W, 3)."""

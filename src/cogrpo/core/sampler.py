@@ -12,6 +12,7 @@ order, so a trajectory does not depend on what else is in the batch.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -79,6 +80,33 @@ def step_logprobs(gen: Generator, x: torch.Tensor, cond: Condition, knobs_t: tor
     return torch.log_softmax(logits / knobs_t[:, TEMPERATURE, None, None], -1)
 
 
+def decode_step(gen: Generator, x: torch.Tensor, cond: Condition, knobs_t: torch.Tensor, timestep: torch.Tensor,
+                noise: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """One decoding step from state x (n, N), given its knobs (n, 4), timesteps (n,), uniform noise (n, N, V + 1)
+    and the masked count to leave (n,): (next state, cells committed, committed log-prob (n,), mean entropy over
+    the masked cells (n,), the step's log-probs (n, N, V), the cells masked before it). Tensors in, tensors out,
+    so that `torch.compile` can take the whole step (`Generator.compile_sampling`)."""
+    V = gen.codebook_size
+    lp = step_logprobs(gen, x, cond, knobs_t, timestep)
+    y = (lp + _gumbel(noise[..., :V])).argmax(-1)
+    lp_y = lp.gather(-1, y[..., None])[..., 0]
+    masked = x == gen.mask_id
+    entropy = (torch.special.entr(lp.exp()).sum(-1) * masked).sum(1) / masked.sum(1).clamp(min=1)
+    conf = torch.where(masked, lp_y + knobs_t[:, REMASK_TEMPERATURE, None] * _gumbel(noise[..., V]), -torch.inf)
+    k = masked.sum(1) - count
+    rank = conf.argsort(dim=1, descending=True, stable=True).argsort(dim=1)
+    commit = rank < k[:, None]
+    return torch.where(commit, y, x), commit, (lp_y * commit).sum(1), entropy, lp, masked
+
+
+@functools.cache
+def compiled_decode_step() -> Callable[..., tuple[torch.Tensor, ...]]:
+    """`decode_step` under torch.compile (inductor), built once per process; it recompiles for a new generator or
+    shape. The noise is drawn outside it: per-trajectory torch.Generators do not compile, and drawn eagerly it
+    stays the same numbers."""
+    return torch.compile(decode_step)
+
+
 @torch.no_grad()
 def sample(gen: Generator, cond: Condition, knobs: torch.Tensor, seeds: torch.Tensor,
            prompt_index: torch.Tensor | None = None, progress: bool = False,
@@ -93,6 +121,8 @@ def sample(gen: Generator, cond: Condition, knobs: torch.Tensor, seeds: torch.Te
     if choose is not None:
         knobs = knobs.clone()  # each step's row is written as it is chosen
     T = knobs.shape[1]
+    step = compiled_decode_step() if getattr(gen, "compile_sampling", False) else decode_step
+    cond = gen.decoding_condition(cond)  # the prompts' share of every step's forward, computed once
     rngs = [torch.Generator(device).manual_seed(int(s)) for s in seeds]
     x = torch.full((n, N), mask_id, dtype=torch.long, device=device)
     commit_step = torch.full((n, N), T, dtype=torch.long, device=device)
@@ -104,18 +134,9 @@ def sample(gen: Generator, cond: Condition, knobs: torch.Tensor, seeds: torch.Te
             knobs[:, t] = choose(t, state_features(t, T, x == mask_id, lp, masked).cpu()).to(device)
         count = next_masked_count(knobs[:, t, RATIO], count, t, T, N)
         noise = torch.stack([torch.rand(N, V + 1, generator=g, device=device) for g in rngs])
-        lp = step_logprobs(gen, x, cond, knobs[:, t], countdown(t, T).expand(n))
-        y = (lp + _gumbel(noise[..., :V])).argmax(-1)
-        lp_y = lp.gather(-1, y[..., None])[..., 0]
-        masked = x == mask_id
-        entropy[:, t] = (torch.special.entr(lp.exp()).sum(-1) * masked).sum(1) / masked.sum(1).clamp(min=1)
-        conf = torch.where(masked, lp_y + knobs[:, t, REMASK_TEMPERATURE, None] * _gumbel(noise[..., V]), -torch.inf)
-        k = masked.sum(1) - count
-        rank = conf.argsort(dim=1, descending=True, stable=True).argsort(dim=1)
-        commit = rank < k[:, None]
-        x = torch.where(commit, y, x)
+        x, commit, logp[:, t], entropy[:, t], lp, masked = step(gen, x, cond, knobs[:, t], countdown(t, T).expand(n),
+                                                                noise, count)
         commit_step[commit] = t
-        logp[:, t] = (lp_y * commit).sum(1)
     if prompt_index is None:
         prompt_index = torch.arange(n)
     return Trajectory(x.cpu(), commit_step.cpu(), knobs.cpu().clone(), logp.cpu(), seeds.clone(), prompt_index.clone(),
