@@ -3,7 +3,8 @@
     GET  /health  → {"status": "ok", "device", "torch", "rewards": {name: {package, checkpoint, sha256, …}}}
     POST /score   ← {"reward": name, "prompts": [str × n],
                      "images": {"shape": [n, H, W, 3], "data": base64 of the uint8 pixels, row-major}}
-                  → {"scores": [float × n], "seconds": float}
+                  → {"scores": [float × n], "seconds": float, "images_per_s": float}
+/health also counts, per reward, the images scored and their images/s over the scoring time so far.
 Bad input answers 400 and a model failure 500, each as {"error": "<one line>"}. One request is scored at a time
 (the models are not thread-safe and share one device), in chunks of `chunk` images; /health answers meanwhile. The client is
 cogrpo.rewards.remote; the process that starts the server is adapters/reward_server.py.
@@ -58,6 +59,16 @@ def make_server(models: dict, host: str, port: int, device: str, chunk: int = 32
     scorer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scorer")
     health = {"status": "ok", "device": device, "torch": torch.__version__,
               "rewards": {name: m.info for name, m in models.items()}}
+    scored = {name: {"images": 0, "seconds": 0.0} for name in models}  # since the start, per reward
+
+    def score(reward: str, prompts: list[str], pixels: np.ndarray) -> list[float]:
+        """On the scorer thread: in chunks (a training's whole batch at once could exhaust a shared GPU), counted."""
+        start, model = time.perf_counter(), models[reward]
+        scores = [s for i in range(0, len(prompts), chunk)
+                  for s in model.score(prompts[i:i + chunk], pixels[i:i + chunk])]
+        scored[reward]["images"] += len(scores)
+        scored[reward]["seconds"] += time.perf_counter() - start
+        return scores
 
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, code: int, payload: dict) -> None:
@@ -70,7 +81,9 @@ def make_server(models: dict, host: str, port: int, device: str, chunk: int = 32
 
         def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
             if self.path == "/health":
-                self._answer(200, health)
+                throughput = {name: {"images": c["images"], "images_per_s": c["images"] / c["seconds"] if c["seconds"]
+                                     else None} for name, c in scored.items()}
+                self._answer(200, health | {"scored": throughput})
             else:
                 self._answer(404, {"error": f"no {self.path}; GET /health, POST /score"})
 
@@ -87,12 +100,11 @@ def make_server(models: dict, host: str, port: int, device: str, chunk: int = 32
                 return self._answer(400, {"error": str(exc)})
             start = time.perf_counter()
             try:
-                model = models[reward]  # in chunks: a training's whole batch at once could exhaust a shared GPU
-                scores = scorer.submit(lambda: [s for i in range(0, len(prompts), chunk)
-                                                for s in model.score(prompts[i:i + chunk], pixels[i:i + chunk])]).result()
+                scores = scorer.submit(score, reward, prompts, pixels).result()
             except Exception as exc:  # the model's failure, reported rather than a dropped connection
                 return self._answer(500, {"error": f"{reward}: {type(exc).__name__}: {exc}"})
-            self._answer(200, {"scores": scores, "seconds": time.perf_counter() - start})
+            seconds = time.perf_counter() - start
+            self._answer(200, {"scores": scores, "seconds": seconds, "images_per_s": len(scores) / seconds})
 
         timeout = 600  # seconds a client may take to send its request: a stalled one cannot hold a thread forever
 

@@ -116,7 +116,7 @@ class ImageRewardModel:
         self.info = {"package": f"image-reward {version('image-reward')}", "checkpoint": str(ckpt),
                      "sha256": _short_sha256(ckpt), "med_config": str(med)}
 
-    @torch.no_grad()
+    @torch.inference_mode()  # no autograd record, no version counters: scoring only
     def score(self, prompts: list[str], pixels: np.ndarray) -> list[float]:
         m = self.model
         text = m.blip.tokenizer(prompts, padding="max_length", truncation=True, max_length=35,  # as m.score
@@ -145,9 +145,10 @@ class OpenClipModel:
         where = (f"download {self.HPS_FILES[reward.split('_')[1]]} from https://huggingface.co/xswu/HPSv2"
                  if reward.startswith("hpsv2") else "an open_clip checkpoint of that arch (state dict)")
         ckpt = _require_file(reward, "checkpoint", checkpoint, where)
-        # the arguments hpsv2.img_score.initialize_model passes, less the LAION download
+        # the arguments hpsv2.img_score.initialize_model passes, less the LAION download; built and loaded on the
+        # CPU, then moved: the device holds one copy of the weights, never a random one beside the checkpoint's
         self.model, _, self.preprocess = create_model_and_transforms(
-            register_arch(arch), None, precision="amp", device=device, jit=False, force_quick_gelu=False, force_custom_text=False,
+            register_arch(arch), None, precision="amp", device="cpu", jit=False, force_quick_gelu=False, force_custom_text=False,
             force_patch_dropout=False, force_image_size=None, pretrained_image=False, image_mean=None, image_std=None,
             light_augmentation=True, aug_cfg={}, output_dict=True, with_score_predictor=False,
             with_region_predictor=False)
@@ -155,13 +156,14 @@ class OpenClipModel:
         state = state.get("state_dict", state)
         _check_state(reward, ckpt, self.model.state_dict(), state, strict=True)
         self.model.load_state_dict(state)
-        self.model.eval()
+        del state
+        self.model.to(device).eval()
         self.tokenizer, self.device, self.scale = get_tokenizer(register_arch(arch)), device, scale
         self.floor = (lambda c: c.clamp(min=0)) if clamp else (lambda c: c)  # CLIPScore: 100 · max(cos, 0)
         self.info = {"package": f"hpsv2x {version('hpsv2x')}", "arch": arch, "checkpoint": str(ckpt),
                      "sha256": _short_sha256(ckpt)}
 
-    @torch.no_grad()
+    @torch.inference_mode()  # no autograd record, no version counters: scoring only
     def score(self, prompts: list[str], pixels: np.ndarray) -> list[float]:
         images = torch.stack([self.preprocess(img) for img in _images(pixels)]).to(self.device)
         text = self.tokenizer(prompts).to(self.device)

@@ -2,6 +2,7 @@
 checkpoints in each package's own format; ImageReward's real BLIP (ViT-L) with a 2-layer text side, and HPS's
 code path on a tiny open_clip config (the full ViT-H-14 runs in bench/reward_serving.py)."""
 
+import base64
 import json
 import os
 import signal
@@ -87,6 +88,18 @@ def test_the_server_scores_what_the_packages_score_called_directly(server, weigh
     # the same weights as clip: CLIP score = 100 · max(cos, 0)
     np.testing.assert_allclose(served["clip"], 100 * np.maximum(direct["hpsv2"], 0), atol=1e-2)
     assert np.ptp(served["imagereward"]) > 1e-3 and np.ptp(served["hpsv2_v2.1"]) > 1e-3  # not a constant
+
+
+def test_the_server_counts_what_it_scores_and_its_images_per_second(server, batch):
+    client, _ = server
+    images, prompts = batch
+    before = client.health()["scored"]["clip"]["images"]
+    answer = client._request("POST", "/score", "clip", json={
+        "reward": "clip", "prompts": prompts, "images": {"shape": list(images.shape),
+                                                         "data": base64.b64encode(images.tobytes()).decode()}})
+    assert len(answer["scores"]) == 4 and answer["images_per_s"] == pytest.approx(4 / answer["seconds"])
+    scored = client.health()["scored"]["clip"]
+    assert scored["images"] == before + 4 and scored["images_per_s"] > 0
 
 
 @pytest.mark.slow  # suite time; `make bench` runs it
