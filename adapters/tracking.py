@@ -137,13 +137,20 @@ def run(name: str, tags: dict[str, str] | None = None, parent_id: str | None = N
         yield run_id
 
 
+def is_dvc(cmdline: list[str]) -> bool:
+    """Whether a command line runs dvc: `dvc …`, `python …/bin/dvc …`, or `python -m dvc …` (`make run`'s)."""
+    if cmdline[1:3] == ["-m", "dvc"]:
+        return True
+    return any(Path(part).name == "dvc" for part in cmdline[:2])
+
+
 def _dvc_pid() -> int | None:
     """The `dvc` process that runs this stage's command (an ancestor: dvc → shell → python), or None."""
     pid = os.getppid()
     for _ in range(4):
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if any(Path(part.decode(errors="replace")).name == "dvc" for part in cmdline[:2]):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+            if is_dvc(cmdline):
                 return pid
             pid = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
         except (OSError, ValueError, IndexError):

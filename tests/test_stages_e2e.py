@@ -279,6 +279,16 @@ def test_a_dvc_repro_parent_run_carries_the_headline_metrics(built_project, monk
     assert parent.data.metrics["train.reward"] == pytest.approx(head["train"]["reward"])
 
 
+@pytest.mark.parametrize("cmdline, runs_dvc", [
+    (["dvc", "repro"], True), (["/v/bin/python", "/v/bin/dvc", "exp", "run"], True),
+    (["/v/bin/python", "-m", "dvc", "repro"], True),  # make run (pipelines.repro) starts dvc this way
+    (["/v/bin/python", "-m", "pipelines.repro"], False), (["/bin/sh", "-c", "python -m pipelines.stage x"], False)])
+def test_the_dvc_process_behind_a_stage_is_recognised_however_dvc_was_started(cmdline, runs_dvc):
+    from adapters.tracking import is_dvc
+
+    assert is_dvc(cmdline) is runs_dvc
+
+
 def test_a_damaged_store_entry_is_set_aside_and_computed_again(built_project, caplog):
     """A store entry whose files no longer match its manifest is never used: set aside with one line naming the
     file, then computed again, to the same bytes."""
