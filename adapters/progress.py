@@ -16,15 +16,32 @@ from adapters import tracking
 _fallback = logging.getLogger("cogrpo")
 
 
+class _NoTracebackOfAFailedState(logging.Filter):
+    """Drops the record Prefect's flow engine logs ("Engine execution exited with unexpected exception", a 40-line
+    traceback) when a flow run ends Failed because its flow returned a Failed state: the flow logged the reason in
+    one line first (a bad parameter). A flow that raised keeps its traceback: the engine re-raises that exception,
+    not FailedRun."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from prefect.exceptions import FailedRun
+
+        return not (record.exc_info and isinstance(record.exc_info[1], FailedRun))
+
+
 def run_logger() -> logging.Logger | logging.LoggerAdapter:
-    """Prefect's logger of the current task or flow run (shown in the UI), else a plain one."""
+    """Prefect's logger of the current task or flow run (shown in the UI), else a plain one. In a flow run's process
+    (a deployment's runs each have their own) it also quiets the engine's traceback of a returned Failed state."""
     from prefect.context import MissingContextError
     from prefect.logging import get_run_logger
 
     try:
-        return get_run_logger()
+        logger = get_run_logger()
     except MissingContextError:
         return _fallback
+    engine = logging.getLogger("prefect.flow_runs")
+    if not any(isinstance(f, _NoTracebackOfAFailedState) for f in engine.filters):
+        engine.addFilter(_NoTracebackOfAFailedState())
+    return logger
 
 
 def _in_prefect_run() -> bool:

@@ -100,10 +100,26 @@ def test_a_triggered_run_completes(served):
 def test_a_bad_parameter_fails_the_run_with_one_line(served):
     from prefect.deployments import run_deployment
 
+    asyncio.run(_deployment("pipeline/cogrpo"))
     run = run_deployment("pipeline/cogrpo", parameters={"overrides": {"train.learning_rate": 3}}, timeout=120,
                          poll_interval=1)
     assert run.state.is_failed()
     assert run.state.message == "bad parameters: overrides: key 'train.learning_rate': unknown key"
+    # what the UI's log shows: the line, and no traceback (Prefect's engine logs one for any Failed end)
+    end, logs = time.monotonic() + 60, []
+    while not any(m.startswith("Finished in state") for m in logs) and time.monotonic() < end:  # sent in batches
+        time.sleep(1)
+        logs = [log.message for log in asyncio.run(_logs(run.id))]
+    assert sum("bad parameters: overrides" in m for m in logs) == 2, logs  # the error line, the final state
+    assert not any("Traceback" in m or "Engine execution exited" in m for m in logs), logs
+
+
+async def _logs(flow_run_id):
+    from prefect import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    async with get_client() as client:
+        return await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
 
 
 @pytest.mark.slow  # suite time; the triggered-run test stays
