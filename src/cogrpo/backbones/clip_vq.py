@@ -311,6 +311,9 @@ class _Reference:
         self.n_tokens, self.codebook_size, self.mask_id, self.device = (gen.n_tokens, gen.codebook_size,
                                                                          gen.mask_id, gen.device)
 
+    def decoding_condition(self, cond: Condition) -> Condition:
+        return self.gen.decoding_condition(cond)
+
     def guided_logits(self, tokens: torch.Tensor, cond: Condition, cfg_scale: torch.Tensor,
                       timestep: torch.Tensor | None = None) -> torch.Tensor:
         if self.transformer is not None:
