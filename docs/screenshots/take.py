@@ -85,7 +85,8 @@ def mlflow_pages() -> dict[str, tuple[str, tuple[int, int], str | None]]:
                                                         "order_by": ["attributes.start_time DESC"]})["runs"]
     train = next(r["info"]["run_id"] for r in runs if r["info"]["run_name"].startswith("train"))  # the newest
     e = exp["experiment_id"]
-    return {"mlflow_runs_chart.png": (f"{MLFLOW}/#/experiments/{e}/runs?{ML}&compareRunsMode=CHART", (1440, 1000), None),
+    return {"mlflow_runs_chart.png": (f"{MLFLOW}/#/experiments/{e}/runs?{ML}&compareRunsMode=CHART", (1440, 1000),
+                                      None),
             "mlflow_train_samples.png": (f"{MLFLOW}/#/experiments/{e}/runs/{train}/model-metrics?{ML}", (1440, 1000),
                                          "samples"),
             "mlflow_logged_models.png": (f"{MLFLOW}/#/experiments/{e}/models?{ML}", (1440, 900), None),
@@ -157,7 +158,8 @@ def main() -> None:
             page.close()
             print(f"{name}: {url}")
 
-        terminals = {"terminal_dvc_metrics_show.png": ("dvc metrics show", [BIN / "dvc", "metrics", "show"], (1440, 160)),
+        terminals = {"terminal_dvc_metrics_show.png": ("dvc metrics show", [BIN / "dvc", "metrics", "show"],
+                                                       (1440, 160)),
                      "terminal_compare.png": ("python -m pipelines.compare",
                                               [BIN / "python", "-m", "pipelines.compare"], (1440, 520))}
         for name, (shown, command, size) in terminals.items():
