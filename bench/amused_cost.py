@@ -7,7 +7,8 @@
        lora_unfused_overhead the same with peft's adapters beside their base layers (in fp32), and
        P7_training_rollout_over_pipeline is P7 times lora_sampling_overhead (goal ≤ 1.05).
   P1   FLOP/s the sampler achieves (torch's FlopCounterMode over one call) ÷ the device's GEMM FLOP/s in the same
-       dtype, measured here (goal ≥ 0.5).
+       dtype, measured here (goal ≥ 0.5); with --compile also P1_compiled, the sampler as `model.compile: true`
+       decodes (each whole step under torch.compile), its speed-up over eager and its first, compiling, call.
   update cost: one LoRA Co-GRPO update per trained step ÷ rollout per step; peak memory of each (CUDA).
   for estimates on devices not at hand: weights' size, GFLOP per trajectory of a rollout step and of an update's
        trained step (FlopCounterMode), and the update's activations kept for backward per trajectory and step.
@@ -159,6 +160,23 @@ def measure(folder: Path, dtype: str, args) -> dict:
     unfused_s, without_again_s = interleaved(lambda: sample(gen, cond, knobs, seeds),
                                              lambda: sample(plain, cond, knobs, seeds), device, args.repeats)
     gemm = gemm_flops(device, DTYPES[dtype], args.gemm_n)
+    compiled = {}
+    if args.compile:  # model.compile: each whole step under torch.compile; its first call compiles
+        def sample_compiled():
+            plain.compile_sampling = True
+            try:
+                return sample(plain, cond, knobs, seeds)
+            finally:
+                plain.compile_sampling = False
+
+        start = time.perf_counter()
+        sample_compiled()
+        _sync(device)
+        first_s = time.perf_counter() - start
+        compiled_s, eager_s = interleaved(sample_compiled, lambda: sample(plain, cond, knobs, seeds), device,
+                                          args.repeats)
+        compiled = {"compiled_first_call_s": first_s, "compiled_speedup_over_eager": eager_s / compiled_s,
+                    "P1_compiled": counter.get_total_flops() / compiled_s / gemm}
 
     # one Co-GRPO iteration at this batch: B prompts × G trajectories
     B = max(1, args.batch // args.group)
@@ -196,7 +214,7 @@ def measure(folder: Path, dtype: str, args) -> dict:
         "micro_batch": args.micro_batch,
         "rollout_peak_gib": peak_gib(device, lambda: trainer.rollout(batch)),
         "update_peak_gib": peak_gib(device, lambda: trainer.update(batch, ro, rewards)),
-    }
+    } | compiled
 
 
 def main() -> None:
@@ -211,6 +229,7 @@ def main() -> None:
     ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--micro-batch", type=int, default=None, help="train.micro_batch of the update (None: all at once)")
     ap.add_argument("--gemm-n", type=int, default=2048)
+    ap.add_argument("--compile", action="store_true", help="also time the sampler as model.compile decodes")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if not torch.cuda.is_available():
