@@ -4,8 +4,8 @@ Starts the Prefect UI and the lean MLflow UI as the README does, on the project'
 `mlflow.db`), renders each page in headless Chromium through Playwright and stops the servers; terminal outputs
 (`dvc metrics show`, `python -m pipelines.compare`) are rendered as plain text pages. Neither Playwright nor Chromium
 is a project dependency: run this with any Python that has `playwright` (pip), beside Debian's `chromium`:
-    python -m venv /tmp/pw && /tmp/pw/bin/pip install playwright && apt-get install chromium
-    /tmp/pw/bin/python docs/screenshots/take.py [--only NAME ...]
+    python -m venv .venv-screens && .venv-screens/bin/pip install playwright && apt-get install chromium
+    .venv-screens/bin/python docs/screenshots/take.py [--only NAME ...]
 """
 
 from __future__ import annotations
