@@ -40,7 +40,7 @@ from cogrpo.errors import InputError
 from cogrpo.io import write_bytes_atomic, write_text_atomic
 from cogrpo.model_folder import ModelFolder
 from cogrpo.validate import load_params
-from flows.stage_runs import StageRun, run_label, run_stage, state_folder
+from flows.stage_runs import StageRun, memoise_text_states, run_label, run_stage, state_folder
 from flows.stages import STAGES
 from tasks.benchmark import HEADLINE
 
@@ -193,6 +193,7 @@ def generate(stage: Literal["baseline", "evaluate", "benchmark"], shard: int, sh
     spec = STAGES[stage]
     inputs = workspace_inputs(stage)
     folder = state_folder(stage, params, inputs, root)
+    memoise_text_states(root)
     ran = generate_cells(params, inputs, spec.cells(params, inputs, folder), shard, shards, Reporter(), root=folder)
     run_logger().info(f"{stage} shard {shard}/{shards}: {sum(ran.values())} batches generated into {folder}")
     return {"state_folder": str(folder), "batches_generated": ran}

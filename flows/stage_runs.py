@@ -9,6 +9,7 @@ own, then what the stage made logged to it (`track`); a stage found in the store
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -20,6 +21,7 @@ from prefect.states import Completed
 from adapters import reward_server, tracking
 from adapters.progress import Reporter, run_logger
 from adapters.store import Entry, Store, params_key, stage_key
+from cogrpo.backbones.text import MEMO_ENV
 from cogrpo.config import Params
 from cogrpo.model_folder import ModelFolder
 from flows.stages import STAGES, Stage
@@ -69,6 +71,16 @@ def state_folder(name: str, params: Params, inputs: dict[str, Path], root: str =
                                          stage.with_data(inputs), stage.modules)
 
 
+USER_TEXT_MEMO = os.environ.get(MEMO_ENV)
+
+
+def memoise_text_states(root: str) -> None:
+    """Prompts' text states persist under <root>/text_states for this process and those it starts (shard workers,
+    training ranks): each stage then loads no text encoder for prompts an earlier one encoded
+    (cogrpo.backbones.text). A $COGRPO_TEXT_MEMO of the user's wins; set empty, it turns the memo off."""
+    os.environ[MEMO_ENV] = USER_TEXT_MEMO if USER_TEXT_MEMO is not None else str((Path(root) / "text_states").resolve())
+
+
 @task(cache_policy=NO_CACHE, persist_result=False, task_run_name="{name}")
 def stage_task(name: str, params: Params, inputs: dict[str, Path], root: str = "runs",
                mlflow_run_id: str | None = None):
@@ -78,6 +90,7 @@ def stage_task(name: str, params: Params, inputs: dict[str, Path], root: str = "
     entry = locate(name, params, inputs, root)
     key = entry.key
     if not entry.done():
+        memoise_text_states(root)
         with store.claimed(entry):
             if not entry.done():
                 state_dir = state_folder(name, params, inputs, root)

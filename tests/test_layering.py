@@ -58,3 +58,15 @@ def test_schema_imports_only_leaf_modules():
     assert set(closure(("cogrpo.config",))) == {"src/cogrpo/__init__.py", "src/cogrpo/config.py", "src/cogrpo/errors.py",
                                                "src/cogrpo/world/__init__.py", "src/cogrpo/world/palette.py",
                                                "src/cogrpo/shares.py"}
+
+
+def test_a_stage_process_imports_no_heavy_library_it_may_not_need():
+    """Every DVC stage is a fresh process: transformers (~7 s on 2 cores), sklearn (~1 s) and diffusers load only
+    when a stage builds a text encoder, fits the tokenizer or loads aMUSEd/Meissonic — not at import."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, flows.pipeline, pipelines.stage; "
+             "print(' '.join(m for m in ('transformers', 'sklearn', 'diffusers', 'peft') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"imported at start: {out.stdout.strip()}"

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
-from sklearn.cluster import KMeans
 
 from cogrpo.errors import InputError
 
@@ -117,6 +116,8 @@ class Tokenizer:
 
 def fit_tokenizer(images: np.ndarray, grid: int, cell: int, n_shapes: int, n_colors: int, seed: int = 0) -> Tokenizer:
     """Learn the three codebooks from (n, H, W, 3) uint8 scenes."""
+    from sklearn.cluster import KMeans  # here: only the tokenizer stage fits one, and sklearn takes ~1 s to import
+
     rng = np.random.default_rng(seed)
     px = images.reshape(-1, 3).astype(np.float32)
     sample = px[rng.choice(len(px), size=min(len(px), 200_000), replace=False)]
