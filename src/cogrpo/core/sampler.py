@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
@@ -100,11 +101,21 @@ def decode_step(gen: Generator, x: torch.Tensor, cond: Condition, knobs_t: torch
 
 
 @functools.cache
-def compiled_decode_step() -> Callable[..., tuple[torch.Tensor, ...]]:
-    """`decode_step` under torch.compile (inductor), built once per process; it recompiles for a new generator or
-    shape. The noise is drawn outside it: per-trajectory torch.Generators do not compile, and drawn eagerly it
-    stays the same numbers."""
-    return torch.compile(decode_step)
+def compiled_decode_step(device_type: str) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """`decode_step` under torch.compile (inductor), built once per process and device type; it recompiles for a
+    new generator or shape. The noise is drawn outside it: per-trajectory torch.Generators do not compile, and drawn
+    eagerly it stays the same numbers. On a CPU its attention is torch's math formulation (two matrix products and a
+    softmax, which inductor fuses with the mask and the scale): at the embedded model's shapes (16 queries over
+    ≤ 57 keys a head) the compiled step then takes 1/1.07 of the time it takes with the flash kernel (median of 31
+    paired decodings, 256 images × 8 steps, on a 2-core EPYC)."""
+    if device_type != "cpu":
+        return torch.compile(decode_step)
+
+    def math_attention_step(*args) -> tuple[torch.Tensor, ...]:
+        with sdpa_kernel(SDPBackend.MATH):
+            return decode_step(*args)
+
+    return torch.compile(math_attention_step)
 
 
 @torch.no_grad()
@@ -121,7 +132,7 @@ def sample(gen: Generator, cond: Condition, knobs: torch.Tensor, seeds: torch.Te
     if choose is not None:
         knobs = knobs.clone()  # each step's row is written as it is chosen
     T = knobs.shape[1]
-    step = compiled_decode_step() if getattr(gen, "compile_sampling", False) else decode_step
+    step = compiled_decode_step(device.type) if getattr(gen, "compile_sampling", False) else decode_step
     cond = gen.decoding_condition(cond)  # the prompts' share of every step's forward, computed once
     rngs = [torch.Generator(device).manual_seed(int(s)) for s in seeds]
     x = torch.full((n, N), mask_id, dtype=torch.long, device=device)
