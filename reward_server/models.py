@@ -1,6 +1,6 @@
 """The reward models, each loaded and run by its own package's code (this module runs in .venv-reward only).
 
-    imagereward   ImageReward.load (BLIP + MLP head); scores by ImageReward.score_gard, the package's batched
+    imagereward   ImageReward (BLIP + MLP head) loaded as ImageReward.load does it; scores by ImageReward.score_gard, the package's batched
                   forward (its `score(prompt, image)` runs the same forward one image at a time)
     hpsv2         hpsv2's vendored open_clip: create_model_and_transforms(arch) with the HPS checkpoint's
                   'state_dict' loaded strictly, as hpsv2.score does; score = diag(image_features @ text_features.T)
@@ -10,7 +10,8 @@
 
 Simplified against the packages' own entry points, on purpose: hpsv2.score always downloads the LAION weights
 first (the HPS checkpoint then overwrites all of them), so the model is built without them; ImageReward.load
-loads with strict=False (a wrong file scores garbage silently), so names and shapes are checked here.
+randomly initialises the model it then loads (skipped here) and loads with strict=False (a wrong file scores
+garbage silently), so names and shapes are checked here.
 Any failure to load is a ConfigError: one line naming the reward and the file.
 """
 
@@ -45,6 +46,18 @@ def _short_sha256(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 24), b""):
             digest.update(block)
     return digest.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _without_init():
+    """Modules built here get their weights on the meta device, not initialised (buffers stay real): the model is
+    loaded from its checkpoint right after, `load_state_dict(assign=True)` once `_check_state` found every weight,
+    so the random init of ImageReward's ViT-L on the CPU (18 s of a 19-s load here) is work thrown away. (open_clip's
+    create_model moves the model to its device as it builds it, which a meta model cannot do: HPS keeps its init.)"""
+    from accelerate import init_empty_weights
+
+    with init_empty_weights(include_buffers=False):
+        yield
 
 
 def _check_state(reward: str, path: Path, expected: dict, found: dict, strict: bool) -> None:
@@ -105,14 +118,15 @@ class ImageRewardModel:
         ckpt = _require_file("imagereward", "checkpoint", checkpoint, f"download it from {self.IR_URL}")
         med = _require_file("imagereward", "med_config", med_config, f"download it from {self.IR_URL}")
         found = _load(ckpt, "imagereward", mmap=True)
-        try:
-            with bert_tokenizer_here(bert_tokenizer):
-                self.model = RM.load(str(ckpt), device=device, med_config=str(med))
+        try:  # what ImageReward.load does (ImageReward(med_config) + load_state_dict), without its random init
+            with bert_tokenizer_here(bert_tokenizer), _without_init():
+                model = RM.ImageReward(med_config=str(med), device=device)
         except OSError as exc:  # the BERT vocabulary, offline
             raise ConfigError(f"imagereward: BLIP's tokenizer 'bert-base-uncased' cannot be loaded ({exc}); set "
                               "bert_tokenizer to a folder with its vocab.txt, or run once with HF_HUB_OFFLINE=0") from exc
-        _check_state("imagereward", ckpt, self.model.state_dict(), found, strict=False)
-        self.device = device
+        _check_state("imagereward", ckpt, model.state_dict(), found, strict=False)
+        model.load_state_dict(found, strict=False, assign=True)
+        self.model, self.device = model.to(device).eval(), device
         self.info = {"package": f"image-reward {version('image-reward')}", "checkpoint": str(ckpt),
                      "sha256": _short_sha256(ckpt), "med_config": str(med)}
 
