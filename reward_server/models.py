@@ -1,7 +1,8 @@
 """The reward models, each loaded and run by its own package's code (this module runs in .venv-reward only).
 
-    imagereward   ImageReward (BLIP + MLP head) loaded as ImageReward.load does it; scores by ImageReward.score_gard, the package's batched
-                  forward (its `score(prompt, image)` runs the same forward one image at a time)
+    imagereward   ImageReward (BLIP + MLP head) loaded as ImageReward.load does it; scores by
+                  ImageReward.score_gard, the package's batched forward (its `score(prompt, image)` runs the same
+                  forward one image at a time)
     hpsv2         hpsv2's vendored open_clip: create_model_and_transforms(arch) with the HPS checkpoint's
                   'state_dict' loaded strictly, as hpsv2.score does; score = diag(image_features @ text_features.T)
                   under CUDA autocast as there (on the CPU autocast is off, as there); hpsv2.score takes one image
