@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 
 import torch
+from accelerate import init_empty_weights
 
 from reward_server.models import bert_tokenizer_here, register_arch
 
@@ -36,12 +37,32 @@ def imagereward(out: Path, text_layers: int, seed: int, bert_tokenizer: Path | N
     out.mkdir(parents=True, exist_ok=True)
     (out / "med_config.json").write_text(json.dumps(MED_CONFIG | {"num_hidden_layers": text_layers}, indent=1))
     torch.manual_seed(seed)
-    with bert_tokenizer_here(str(bert_tokenizer) if bert_tokenizer else None):
+    # built on the meta device and filled below: ViT-L's own init (truncated normals) would cost most of the time
+    tokenizer = str(bert_tokenizer) if bert_tokenizer else None
+    with init_empty_weights(include_buffers=False), bert_tokenizer_here(tokenizer):
         model = ImageReward(med_config=str(out / "med_config.json"), device="cpu")
-    for layer in model.mlp.layers:  # its init (std 1/769) gives every image the same score: spread it
+    _fill_like_bert(model)
+    for layer in model.mlp.layers:  # std 0.02 would give every image nearly the same score: spread it
         if isinstance(layer, torch.nn.Linear):
             torch.nn.init.normal_(layer.weight, std=layer.in_features**-0.5)
     torch.save(model.state_dict(), out / "ImageReward.pt")
+
+
+@torch.no_grad()
+def _fill_like_bert(model: torch.nn.Module) -> None:
+    """Real tensors for a meta-built model's parameters, as BERT initialises them: matrices, embeddings and ViT's
+    tokens N(0, 0.02), norms' scales 1, every bias 0."""
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            if not p.is_meta:
+                continue
+            if p.dim() >= 2:
+                value = torch.randn(p.shape) * 0.02
+            elif isinstance(module, torch.nn.LayerNorm) and name == "weight":
+                value = torch.ones(p.shape)
+            else:
+                value = torch.zeros(p.shape)
+            setattr(module, name, torch.nn.Parameter(value, requires_grad=p.requires_grad))
 
 
 def openclip(out: Path, arch: str, seed: int) -> Path:
@@ -54,6 +75,12 @@ def openclip(out: Path, arch: str, seed: int) -> Path:
     path = out / f"{name}.pt"
     torch.save({"state_dict": model.state_dict()}, path)
     return path
+
+
+def bert_vocab(out: Path, vocab: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(vocab, out / "vocab.txt")
+    (out / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
 
 
 def main() -> None:
@@ -71,9 +98,7 @@ def main() -> None:
     elif args.kind == "openclip":
         openclip(args.out, args.arch, args.seed)
     else:
-        args.out.mkdir(parents=True, exist_ok=True)
-        shutil.copy(args.vocab, args.out / "vocab.txt")
-        (args.out / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+        bert_vocab(args.out, args.vocab)
 
 
 if __name__ == "__main__":

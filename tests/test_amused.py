@@ -373,7 +373,10 @@ def test_natural_language_training_prompts_train_a_real_backbone(tiny, tiny_proj
     result = pipeline(overrides={
         "model.backbone": "amused", "model.pretrained": str(tiny), "model.lora_rank": 4,
         "prompts.train_file": "data/train_prompts/examples.txt", "benchmark.variants": ["trained-learned"],
-        "train.rewards": [{"name": "colour_match", "weight": 1.0}], "train.lr_model": 1e-2})
+        "train.rewards": [{"name": "colour_match", "weight": 1.0}], "train.lr_model": 1e-2,
+        # the evaluating stages as small as they go: what this test reads is the prompts and the train stage
+        "prompts.eval_per_tag": 1, "prompts.dpg_eval": 1, "eval.samples_per_prompt": 1, "sweep": [],
+        "benchmark.steps": [4]})
     prompts = Path(result["stages"]["prompts"]["out"])
     natural = read_specs(prompts / "train_natural.parquet")
     lines = (ROOT / "data/train_prompts/examples.txt").read_text().splitlines()

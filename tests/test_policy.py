@@ -62,8 +62,9 @@ def test_the_export_file_round_trips(tmp_path):
     assert torch.equal(loaded.std(), policy.std())
 
 
-@pytest.mark.parametrize("kind,file", [("prompt", "schedule_policy.safetensors"),
-                                       ("state", "state_policy.safetensors")])
+@pytest.mark.parametrize("kind,file", [  # suite time: the prompt read-out is slow, the paper's state policy stays
+    pytest.param("prompt", "schedule_policy.safetensors", marks=pytest.mark.slow),
+    ("state", "state_policy.safetensors")])
 def test_the_stages_train_and_evaluate_a_conditioned_schedule(built_project, kind, file):
     """train.schedule_policy: prompt or state through the real stages: the export holds the policy beside
     schedule.json (its per-step part), what it reads moved it (a prompt read-out: prompts get different schedules; a

@@ -62,16 +62,12 @@ def _train(processes: int, keep: list[str]) -> dict[str, torch.Tensor]:
     return _trained()
 
 
-def test_two_processes_train_what_one_does_and_checkpoints_resume_either_way(kept):
-    """2 processes from scratch = 1 process (model and schedule within 1e-5); the iteration-2 checkpoint written by 2
-    processes resumed by 1, and the one written by 1 resumed by 2, end there too."""
+def test_two_processes_train_what_one_does_and_a_checkpoint_resumes_under_another_count(kept):
+    """2 processes from scratch = 1 process (model and schedule within 1e-5), and the iteration-2 checkpoint written
+    by 2 processes resumed by 1 ends there too. (2 processes resuming 1's checkpoint: the killed-rank test below.)"""
     one = _trained()  # the built project's 1-process training (iterations 3, checkpoints 2 and 3)
-    one_at_2 = kept / "runs/train" / _state().name / "checkpoints/000002"
     runs = {"2 from scratch": lambda: _train(2, []),
-            "1 from 2's iteration 2": lambda: _train(1, ["000002"]),
-            "2 from 1's iteration 2": lambda: (shutil.rmtree(_state() / "checkpoints/000002"),
-                                              shutil.copytree(one_at_2, _state() / "checkpoints/000002"),
-                                              _train(2, ["000002"]))[-1]}
+            "1 from 2's iteration 2": lambda: _train(1, ["000002"])}
     for name, run in runs.items():
         again = run()
         assert again.keys() == one.keys()
@@ -126,7 +122,7 @@ def _iterations_logged() -> int:
 def test_a_killed_rank_ends_the_run_with_one_line_a_killed_launcher_leaves_no_rank_and_the_rerun_resumes(kept):
     import mlflow
 
-    iterations = 20  # the rank is killed after 3 more than the built project's 3: room to spare, and a short rerun
+    iterations = 12  # the rank is killed after 3 more than the built project's 3: room to spare, and a short rerun
     _params(2, iterations=iterations, checkpoint_every=2)
     shutil.rmtree("runs/store/train")
     start = _iterations_logged()  # 3: the built project's run, resumed from its last checkpoint

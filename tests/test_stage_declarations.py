@@ -99,7 +99,8 @@ def test_editing_a_library_function_marks_exactly_the_stages_that_use_it_in_the_
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("file, users", EDITS)
+# suite time: `dvc status` costs 10 s a file; the import-chain case is slow (the store test above keeps both)
+@pytest.mark.parametrize("file, users", [pytest.param(*EDITS[0], marks=pytest.mark.slow), EDITS[1]])
 def test_editing_a_library_function_marks_exactly_the_stages_that_use_it_in_dvc_status(tmp_path, file, users):
     import json
 
