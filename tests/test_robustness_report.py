@@ -43,3 +43,24 @@ def test_the_table_says_which_checks_failed_and_the_verdict():
     bad = {"case": "pretrain.seed=1"} | robustness.judge(_history(0.8, 0.7), _summary(0.5, 0.4), _summary(0.52, 0.41))
     text = robustness.markdown({"set": {}, "cases": [good, bad]})
     assert "| pretrain.seed=1 |" in text and "no: reward, gain" in text and "all: FAIL" in text
+
+
+def test_a_tags_standard_error_counts_each_prompt_rows_own_accuracy(tmp_path):
+    """counting: one row of 4 images at p̂ = 0.5 (s² = 4/3 · 0.25) and one at p̂ = 1 → Var = 4 · s² / 8², SE
+    √(4/3) / 8 (all 8 images pooled would give √1.5 / 8); a tag always right has none. The worst tag's Δ carries the
+    two evaluations' combined error."""
+    import json
+
+    def row(tag: str, prompt_row: int, correct: bool) -> str:
+        return json.dumps({"filename": f"{prompt_row:05d}/samples/0000.png", "tag": tag, "correct": correct})
+
+    lines = [row("counting", 0, c) for c in (True, True, False, False)] + [row("counting", 1, True)] * 4
+    lines += [row("colors", 2, True)] * 4
+    (tmp_path / "results.jsonl").write_text("\n".join(lines) + "\n")
+    se = robustness.tag_standard_errors(tmp_path / "results.jsonl")
+    assert math.isclose(se["counting"], math.sqrt(4 / 3) / 8) and se["colors"] == 0.0
+    base = {t: 0.05 for t in TAGS}
+    r = robustness.judge(_history(0.8, 0.9), _summary(0.5, 0.4), _summary(0.65, 0.41, counting=0.3), base, base)
+    assert r["worst_tag"] == "counting" and math.isclose(r["worst_tag_se"], 0.05 * math.sqrt(2))
+    assert "counting -0.200 ± 0.071" in robustness.markdown({"set": {}, "eval_samples": 16, "cases": [
+        {"case": "train.seed=0"} | r]})
