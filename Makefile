@@ -7,9 +7,9 @@ REWARD_STAMP := $(REWARD_VENV)/.installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 # environment defaults (no hub downloads, no telemetry) are applied by every entry point: adapters/env.py
 
-.PHONY: run test bench clean reward-env reward-lock
+.PHONY: run test bench clean lock reward-env reward-lock
 
-# constraints-cpu.txt pins the CPU build of torch that pip takes from local disk
+# constraints-cpu.txt is the lock: the CPU build of torch that pip takes from local disk, and every other package
 $(STAMP): pyproject.toml constraints-cpu.txt
 	test -d $(VENV) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q -c constraints-cpu.txt -e '.[dev]'
@@ -22,6 +22,14 @@ $(REWARD_STAMP): reward_server/requirements.txt reward_server/constraints.txt
 	touch $@
 
 reward-env: $(REWARD_STAMP)
+
+# after editing pyproject.toml's dependencies: resolve afresh (torch held at the CPU build) and write the lock
+lock:
+	rm -rf $(VENV) && python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q torch==2.13.0 -e '.[dev]'
+	{ sed -n 1,4p constraints-cpu.txt; $(VENV)/bin/pip freeze --all | grep -v -E '^(pip==|-e |# Editable)'; } > constraints.tmp
+	mv constraints.tmp constraints-cpu.txt
+	touch $(STAMP)
 
 # after editing reward_server/requirements.txt: resolve it afresh and write the lock
 reward-lock:
