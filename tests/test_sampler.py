@@ -87,6 +87,28 @@ def test_recomputed_logprobs_match_rollout(model, text):
     assert not torch.allclose(trajectory_logprobs(changed, traj, C(emb, mask)), traj.logp, atol=1e-3)
 
 
+def test_the_recompute_computes_the_prompts_context_once_per_trajectory_not_per_step(model, text, monkeypatch):
+    """The update's forward shares each trajectory's context keys and values over its S steps (a third of the
+    embedded MDM's update FLOPs), with the gradient of the per-step recompute."""
+    emb, mask = text
+    traj = sample(model, C(emb, mask), _knobs(), torch.arange(N_TRAJ))
+    shared = trajectory_logprobs(model, traj, C(emb, mask))
+    shared.sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.model.named_parameters()}
+    model.model.zero_grad(set_to_none=True)
+    rows, context = [], model.model.context
+    monkeypatch.setattr(model.model, "context", lambda text, *a, **k: rows.append(len(text)) or context(text, *a, **k))
+    assert torch.equal(trajectory_logprobs(model, traj, C(emb, mask)), shared)
+    assert rows == [2 * N_TRAJ]  # one CFG pair per trajectory: before, one per trajectory and step (2 · 12 · 8)
+    monkeypatch.setattr(EmbeddedGenerator, "decoding_condition", lambda self, cond: cond)  # the context per row
+    per_step = trajectory_logprobs(model, traj, C(emb, mask))
+    assert torch.equal(per_step, shared)
+    per_step.sum().backward()
+    for n, p in model.model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[n], atol=1e-5, rtol=1e-4, msg=n)
+    model.model.zero_grad(set_to_none=True)
+
+
 def test_trajectory_save_load(model, text, tmp_path):
     emb, mask = text
     traj = sample(model, C(emb, mask), _knobs(), torch.arange(N_TRAJ))
