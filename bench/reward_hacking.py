@@ -3,7 +3,7 @@
 Two trainings through the `pipeline` flow, params.yaml otherwise, both watched alike (guards and the eval reward
 `compositional` on the sample grid every 5 iterations):
 
-  default   the default reward, `compositional` (the checker's facts)
+  default   params.yaml's reward (`strict`: 1 when the checker passes the image)
   hacked    `colour_match` alone: pays for pixels near the colour the prompt names first, so painting the canvas
             in that colour beats drawing what the prompt asks for
 
