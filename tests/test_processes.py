@@ -31,9 +31,14 @@ def kept(built_project, tmp_path):
         shutil.copytree(folder, tmp_path / "kept" / folder)
     yield tmp_path / "kept"
     Path("params.yaml").write_text(yaml.safe_dump(TINY))
+    _put_back(tmp_path / "kept")
+
+
+def _put_back(kept: Path) -> None:
+    """The built project's training as `kept` holds it."""
     for folder in FOLDERS:
         shutil.rmtree(folder, ignore_errors=True)
-        shutil.copytree(tmp_path / "kept" / folder, folder)
+        shutil.copytree(kept / folder, folder)
 
 
 def _params(processes: int, **train) -> None:
@@ -162,9 +167,7 @@ def test_a_killed_rank_ends_the_run_with_one_line_a_killed_launcher_leaves_no_ra
     # and it ends where 1 process alone ends from the built project's checkpoint (model and schedule within 1e-5):
     # the iterations 2 processes trained, and the resume of their checkpoint by 1, changed nothing but rounding
     resumed = _trained()
-    for folder in FOLDERS:
-        shutil.rmtree(folder)
-        shutil.copytree(kept / folder, folder)
+    _put_back(kept)
     shutil.rmtree("runs/store/train")
     run_stage("train")
     alone = _trained()
