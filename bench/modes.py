@@ -4,10 +4,11 @@ at its best setting, all at the default rollout budget; held-out and seen GenEva
 1. Tune: every mode trains once per grid point (seed --tune-seed, not among the reported seeds); its best point
    is the one with the highest *seen* accuracy at the trained step count (held-out prompts never pick a setting).
 2. Seeds: every mode at its best point, --seeds.
-3. Report: per mode, split and step count, the mean over seeds and its 95% t-interval; P4 = (co − base) ÷
-   (model − base) held-out at the trained step count, with a 95% bootstrap interval over seeds (goal ≥ 1.3);
-   P5 = co at 4 steps − base at 8 steps, held-out. P4 and co:prompt − co also get a paired interval (seeds
-   resampled together) where both sides have the same seeds.
+3. Report: per mode, split and step count, the mean over seeds and its 95% t-interval; P4 = (mode − base) ÷
+   (model − base) for every co-optimised mode (co, alternate, their :policy forms), held-out at the trained step
+   count and at 8 steps (the issue's count), with a 95% bootstrap interval over seeds (goal ≥ 1.3);
+   P5 = each co-optimised mode at 4 steps against the base at 8, held-out. P4 and co:prompt − co also get a
+   paired interval (seeds resampled together) where both sides have the same seeds.
 
 Each run is the `pipeline` Prefect flow (its MLflow parent run and nested stage runs) with the run's overrides,
 the benchmark stage evaluating the trained model under its learned schedule at every step count on the held-out
@@ -162,17 +163,23 @@ def summarize(report: dict, train_steps: int) -> dict:
         measured = [r for r in runs if r.get("entropy")]  # runs reused from reports older than entropies have none
         summary["modes"][mode]["entropy"] = ({str(t): interval([r["entropy"][str(t)] for r in measured]) for t in STEPS}
                                              if measured else None)
-    by_seed = {m: {r["seed"]: r["trained"]["heldout"][str(train_steps)] for r in report["seeds"] if r["mode"] == m}
-               for m in modes}
-    held = {m: [v for _, v in sorted(seeds.items())] for m, seeds in by_seed.items()}
-    same_seeds = lambda a, b: by_seed[a].keys() == by_seed[b].keys()  # noqa: E731
-    if {"co", "model"} <= set(held) and len(held["co"]) > 1 and len(held["model"]) > 1:
-        summary["P4"] = p4(held["co"], held["model"], base["heldout"][str(train_steps)], same_seeds("co", "model"))
-    if "co:prompt" in held and "co" in held:
-        summary["prompt_vs_per_step"] = difference(held["co:prompt"], held["co"], same_seeds("co:prompt", "co"))
-    if "co" in held:
-        co4 = [r["trained"]["heldout"]["4"] for r in report["seeds"] if r["mode"] == "co"]
-        summary["P5"] = {"co_at_4": interval(co4), "base_at_8": base["heldout"]["8"]}
+    joint = [m for m in modes if m not in ("model", "schedule")]  # the co-optimised modes, each set against model
+    def held(mode: str, steps: int) -> dict[int, float]:  # seed → held-out accuracy at that step count
+        return {r["seed"]: r["trained"]["heldout"][str(steps)] for r in report["seeds"] if r["mode"] == mode}
+
+    values = lambda by_seed: [v for _, v in sorted(by_seed.items())]  # noqa: E731
+    if "model" in modes:
+        summary["P4"] = {}
+        for mode, t in itertools.product(joint, sorted({train_steps, 8})):
+            a, b = held(mode, t), held("model", t)
+            if len(a) > 1 and len(b) > 1:
+                summary["P4"].setdefault(mode, {})[str(t)] = p4(values(a), values(b), base["heldout"][str(t)],
+                                                                 paired=a.keys() == b.keys())
+    if "co:prompt" in modes and "co" in modes:
+        a, b = held("co:prompt", train_steps), held("co", train_steps)
+        summary["prompt_vs_per_step"] = difference(values(a), values(b), paired=a.keys() == b.keys())
+    summary["P5"] = {"base_at_8": base["heldout"]["8"],
+                     "at_4": {mode: interval(values(held(mode, 4))) for mode in joint}}
     return summary
 
 
@@ -207,20 +214,22 @@ def markdown(report: dict, summary: dict, train_steps: int) -> str:
         mark = " (chosen)" if report["best"].get(r["mode"]) == r["point"] else ""
         lines.append(f"| {r['mode']} | {r['point']}{mark} | {r['trained']['seen'][str(train_steps)]:.3f} | "
                      f"{r['trained']['heldout'][str(train_steps)]:.3f} |")
-    if "P4" in summary:
-        p = summary["P4"]
-        paired = f"; [{p['paired_low']:.2f}, {p['paired_high']:.2f}] paired by seed" if "paired_low" in p else ""
-        lines += ["", f"**P4** = (co − base) ÷ (model − base), held-out at {train_steps} steps: {p['P4']:.2f} "
-                  f"[{p['low']:.2f}, {p['high']:.2f}] (95% bootstrap over seeds{paired}; goal ≥ 1.3)."]
+    if summary.get("P4"):
+        lines += ["", "**P4** = (mode − base) ÷ (model − base), held-out (95% bootstrap over seeds; paired: seeds "
+                  "resampled together; goal ≥ 1.3):", "",
+                  "| mode | steps | P4 | bootstrap | paired |", "|---|---|---|---|---|"]
+        for mode, by_steps in summary["P4"].items():
+            for t, p in by_steps.items():
+                paired = f"[{p['paired_low']:.2f}, {p['paired_high']:.2f}]" if "paired_low" in p else "—"
+                lines.append(f"| {mode} | {t} | {p['P4']:.2f} | [{p['low']:.2f}, {p['high']:.2f}] | {paired} |")
     if "prompt_vs_per_step" in summary:
         d = summary["prompt_vs_per_step"]
         paired = f"; [{d['paired_low']:+.3f}, {d['paired_high']:+.3f}] paired by seed" if "paired_low" in d else ""
         lines += ["", f"**Prompt-conditioned vs per-step schedule policy** (co, held-out at {train_steps} steps): "
                   f"{d['difference']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] (95% bootstrap over seeds{paired})."]
-    if "P5" in summary:
-        m, lo, hi = summary["P5"]["co_at_4"]
-        lines += ["", f"**P5**: co at 4 steps {m:.3f} [{lo:.3f}, {hi:.3f}] vs base at 8 steps "
-                  f"{summary['P5']['base_at_8']:.3f} (goal: co at 4 ≥ base at 8)."]
+    for mode, (m, lo, hi) in summary["P5"]["at_4"].items():
+        lines += ["", f"**P5**: {mode} at 4 steps {m:.3f} [{lo:.3f}, {hi:.3f}] vs base at 8 steps "
+                  f"{summary['P5']['base_at_8']:.3f} (goal: at 4 ≥ base at 8)."]
     return "\n".join(lines) + "\n"
 
 

@@ -59,12 +59,15 @@ def test_summary_and_markdown_give_every_mode_p4_p5_and_the_prompt_policy_differ
                                                       ("co:prompt", [0.75, 0.77])) for s, v in enumerate(vals)]}
     summary = modes.summarize(report, 8)
     assert summary["modes"]["co"]["heldout"]["8"][0] == pytest.approx(0.71)
-    assert summary["P4"]["P4"] == pytest.approx(0.21 / 0.11)
+    assert summary["P4"]["co"]["8"]["P4"] == pytest.approx(0.21 / 0.11)
+    assert summary["P4"]["co:prompt"]["8"]["P4"] == pytest.approx(0.26 / 0.11) and "model" not in summary["P4"]
     assert summary["prompt_vs_per_step"]["difference"] == pytest.approx(0.05)
-    assert summary["P5"]["co_at_4"][0] == pytest.approx(0.3) and summary["P5"]["base_at_8"] == 0.5
+    assert summary["P5"]["at_4"]["co"][0] == pytest.approx(0.3) and summary["P5"]["base_at_8"] == 0.5
     assert summary["modes"]["model"]["entropy"]["8"][0] == pytest.approx(1.05)
     text = modes.markdown(report, summary, 8)
     assert "paired by seed" in text and "**P4**" in text and "**P5**" in text and "| co:prompt |" in text and "## colour entropy" in text
+    trained_at_4 = modes.summarize(report, 4)  # P4 at the trained count and at the 8 steps
+    assert trained_at_4["P4"]["co"].keys() == {"4", "8"}
 
 
 def test_runs_reused_from_a_report_without_entropies_are_summarised_and_named():
