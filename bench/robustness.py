@@ -1,9 +1,10 @@
 """Does the default run learn on every seed and on a perturbed machine? (issue 24, item 1)
 
 Runs the `pipeline` flow (every stage through the store, an MLflow parent run with nested stage runs) once per case:
-`train.seed` 0–4 at the params' base model, and base models pretrained with other seeds (`pretrain.seed` 1, 2), which
+`train.seed` 0–4 at the params' base model; base models pretrained with other seeds (`pretrain.seed` 1, 2), which
 stand in for another CPU: its rounding gives another base model from the same recipe, and a default that needs one
-particular base model is decided by float rounding. Each case must show:
+particular base model is decided by float rounding; and every stage on one thread (`threads` 1: other kernels, so
+other rounding from pretraining on, as another CPU's). Each case must show:
 
   reward    mean training reward of the last 10 iterations above the first 10
   finite    every logged training metric finite (the history holds every metric the trainer logs)
@@ -11,7 +12,7 @@ particular base model is decided by float rounding. Each case must show:
   dpg       DPG-style score not below the base by more than 0.01
   tags      no held-out GenEval tag more than 0.10 below the base
 
-    python bench/robustness.py [--cases train.seed=0 ... pretrain.seed=2] [--set '{"train.step_fraction": 1.0}']
+    python bench/robustness.py [--cases train.seed=0 ... pretrain.seed=2 threads=1] [--set '{"train.step_fraction": 1.0}']
                                [--eval-samples 16] [--out reports/robustness]
 
 --set overrides params for every case (a candidate default before it goes into params.yaml). The models are
@@ -34,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # flows/, tasks/ beside src/
 
-CASES = [f"train.seed={s}" for s in range(5)] + ["pretrain.seed=1", "pretrain.seed=2"]
+CASES = [f"train.seed={s}" for s in range(5)] + ["pretrain.seed=1", "pretrain.seed=2", "threads=1"]
 TAGS = ("single_object", "two_object", "counting", "colors", "position", "color_attr")
 WINDOW = 10  # iterations averaged at the start and the end of the training reward
 
